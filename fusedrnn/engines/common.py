@@ -1,0 +1,68 @@
+"""Pieces shared by the sequence engines: activations, the all-time-steps GEMMs.
+
+Every engine works time-major in *scan order* (the order the recurrence visits
+the steps; a caller runs a backward direction by flipping the time axis) and in
+one floating compute dtype (float32 or float64).  ``valid[t, b]`` (bool, scan
+order) marks the steps that belong to sequence ``b``; on an invalid step the
+state is carried through unchanged and no gradient reaches the gates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def sigmoid(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Logistic function, overflow-free: σ(z) = (1 + tanh(z / 2)) / 2."""
+    out = np.multiply(z, 0.5, out=out)
+    np.tanh(out, out=out)
+    out += 1.0
+    out *= 0.5
+    return out
+
+
+def input_projection(x: np.ndarray, w_input: np.ndarray | None, bias: np.ndarray,
+                     num_gates: int) -> np.ndarray:
+    """All time steps at once: ``x[T, B, in] @ w_input[in, G*H] + bias[G*H]``.
+
+    ``w_input=None`` is cuDNN's skip_input: every gate receives ``x`` itself
+    (requires in == H).
+    """
+    T, B, n_in = x.shape
+    if w_input is None:
+        out = np.tile(x, (1, 1, num_gates))
+        out += bias
+        return out
+    out = np.empty((T, B, w_input.shape[1]), dtype=x.dtype)
+    np.matmul(x.reshape(T * B, n_in), w_input, out=out.reshape(T * B, -1))
+    out += bias
+    return out
+
+
+def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
+                   num_gates: int, need_dx: bool = True):
+    """Gradients of :func:`input_projection` from ``d_pre[T, B, G*H]``.
+
+    Returns ``(dx [T, B, in] or None, dw_input [in, G*H] or None, dbias [G*H])``.
+    """
+    T, B, n_in = x.shape
+    flat = d_pre.reshape(T * B, -1)
+    dbias = flat.sum(axis=0)
+    if w_input is None:
+        dx = d_pre.reshape(T, B, num_gates, n_in).sum(axis=2) if need_dx else None
+        return dx, None, dbias
+    dw_input = x.reshape(T * B, n_in).T @ flat
+    dx = (flat @ w_input.T).reshape(T, B, n_in) if need_dx else None
+    return dx, dw_input, dbias
+
+
+def outer_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``Σ_t a[t]ᵀ b[t]`` for ``a[T, B, m]``, ``b[T, B, n]`` as one GEMM → ``[m, n]``."""
+    return a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])
+
+
+def carry(valid_t: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """``new`` where the step is valid, else the carried ``old`` state."""
+    if valid_t is None:
+        return new
+    return np.where(valid_t, new, old)

@@ -1,0 +1,119 @@
+"""The GRU sequence engine (cuDNN's "linear before reset" GRU).
+
+Shape legend: T steps, B batch, H units, ``in`` input size; time-major, scan order.
+Gate order **r, u, h'** (PyTorch/Keras call u "z" and h' "n")::
+
+    a   = x_t W + bW            (W [in, 3H], all steps in one GEMM)
+    q   = h_{t-1} R + bR        (R [H, 3H])
+    r   = σ(a_r + q_r)
+    u   = σ(a_u + q_u)
+    h'  = tanh(a_h + r ⊙ q_h)   (the recurrent bias bR_h sits inside the reset product)
+    h_t = (1 - u) ⊙ h' + u ⊙ h_{t-1}
+
+TensorFlow's GRUBlockCell is a different ("reset before matmul") cell; it lives
+in :mod:`fusedrnn.block_ops`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .common import carry, input_backward, input_projection, outer_sum, sigmoid
+
+
+class GRUWeights(NamedTuple):
+    """w_input [in, 3H] or None (skip input), w_recurrent [H, 3H], bias_input [3H], bias_recurrent [3H]."""
+
+    w_input: np.ndarray | None
+    w_recurrent: np.ndarray
+    bias_input: np.ndarray
+    bias_recurrent: np.ndarray
+
+
+class GRUTrace(NamedTuple):
+    """gates [T, B, 3H]: r, u, h' activations; q_h [T, B, H]: R_h h_{t-1} + bR_h;
+    h [T+1, B, H]: states, h[0] = h0."""
+
+    gates: np.ndarray
+    q_h: np.ndarray
+    h: np.ndarray
+
+
+def gru_forward(x: np.ndarray, h0: np.ndarray, weights: GRUWeights,
+                valid: np.ndarray | None = None) -> GRUTrace:
+    T, B = x.shape[:2]
+    H = h0.shape[-1]
+    dtype = x.dtype
+    x_gates = input_projection(x, weights.w_input, weights.bias_input, 3)
+    gates = np.empty((T, B, 3 * H), dtype=dtype)
+    q_h_all = np.empty((T, B, H), dtype=dtype)
+    h_states = np.empty((T + 1, B, H), dtype=dtype)
+    h_states[0] = h0
+    q = np.empty((B, 3 * H), dtype=dtype)
+    for t in range(T):
+        h_prev = h_states[t]
+        np.matmul(h_prev, weights.w_recurrent, out=q)
+        q += weights.bias_recurrent
+        g = gates[t]
+        np.add(x_gates[t, :, :2 * H], q[:, :2 * H], out=g[:, :2 * H])
+        sigmoid(g[:, :2 * H], out=g[:, :2 * H])
+        q_h_all[t] = q[:, 2 * H:]
+        n = g[:, 2 * H:]
+        np.multiply(g[:, :H], q[:, 2 * H:], out=n)
+        n += x_gates[t, :, 2 * H:]
+        np.tanh(n, out=n)
+        u = g[:, H:2 * H]
+        h_new = n + u * (h_prev - n)
+        h_states[t + 1] = carry(None if valid is None else valid[t, :, None], h_new, h_prev)
+    return GRUTrace(gates, q_h_all, h_states)
+
+
+class GRUGrads(NamedTuple):
+    """dx [T, B, in] or None, dh0 [B, H], dw_input [in, 3H] or None, dw_recurrent [H, 3H],
+    dbias_input [3H], dbias_recurrent [3H]."""
+
+    dx: np.ndarray | None
+    dh0: np.ndarray
+    dw_input: np.ndarray | None
+    dw_recurrent: np.ndarray
+    dbias_input: np.ndarray
+    dbias_recurrent: np.ndarray
+
+
+def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
+                 dh_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
+                 valid: np.ndarray | None = None, need_dx: bool = True) -> GRUGrads:
+    gates, q_h_all, h_states = trace
+    T, B = gates.shape[:2]
+    H = h_states.shape[-1]
+    dtype = gates.dtype
+    d_a = np.empty((T, B, 3 * H), dtype=dtype)  # gradient of the input pre-activations a
+    d_q = np.empty((T, B, 3 * H), dtype=dtype)  # gradient of the recurrent pre-activations q
+    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else dh_last.astype(dtype, copy=True)
+    w_rec_t = np.ascontiguousarray(weights.w_recurrent.T)
+    for t in range(T - 1, -1, -1):
+        v = None if valid is None else valid[t, :, None]
+        if dh_steps is not None:
+            dh = dh + dh_steps[t]
+        g = gates[t]
+        r, u, n = g[:, :H], g[:, H:2 * H], g[:, 2 * H:]
+        h_prev = h_states[t]
+        da, dq = d_a[t], d_q[t]
+        d_n = da[:, 2 * H:]
+        np.multiply(dh, (1 - u) * (1 - n * n), out=d_n)
+        np.multiply(dh, (h_prev - n) * u * (1 - u), out=da[:, H:2 * H])
+        np.multiply(d_n, q_h_all[t] * r * (1 - r), out=da[:, :H])
+        dq[:, :2 * H] = da[:, :2 * H]
+        np.multiply(d_n, r, out=dq[:, 2 * H:])
+        if v is not None:
+            da *= v
+            dq *= v
+        dh_prev = dq @ w_rec_t
+        dh_prev += dh * u
+        dh = carry(v, dh_prev, dh)
+    dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx)
+    dw_recurrent = outer_sum(h_states[:T], d_q)
+    dbias_recurrent = d_q.reshape(T * B, -1).sum(axis=0)
+    return GRUGrads(dx, dh, dw_input, dw_recurrent, dbias_input, dbias_recurrent)

@@ -1,0 +1,229 @@
+"""The LSTM sequence engine, shared by the CudnnRNN LSTM and the BlockLSTM family.
+
+Shape legend: T steps, B batch, H cell size, Hout emitted size (P with a
+projection, else H), ``in`` input size.  Arrays are time-major, in scan order.
+
+Gate math per step (internal gate order **i, f, c, o**; ``layout="icfo"`` lets a
+caller hand over weights and receive gate gradients in BlockLSTM's i, c, f, o
+column order instead)::
+
+    G   = x_t W + b  +  h_{t-1} R                     (W [in, 4H], R [Hout, 4H])
+    i   = σ(G_i + c_{t-1} ⊙ wci)                      (peephole terms only with use_peephole)
+    f   = σ(G_f + forget_bias + c_{t-1} ⊙ wcf)
+    c'  = tanh(G_c)
+    c_t = clip(f ⊙ c_{t-1} + i ⊙ c',  cell_clip)      (clip only when cell_clip > 0)
+    o   = σ(G_o + c_t ⊙ wco)
+    m_t = o ⊙ tanh(c_t);   h_t = m_t (no projection) or m_t W_P  (W_P [H, P])
+
+cuDNN's LSTM is the special case without peepholes, forget bias and clip.  The
+backward pass is plain BPTT of these equations except that, like TensorFlow's
+kernels, it treats the clip as the identity (straight-through).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from .common import carry, input_backward, input_projection, outer_sum, sigmoid
+
+
+@dataclass(frozen=True)
+class LSTMOptions:
+    layout: str = "ifco"  # column order of W, R, b and of the gate gradients
+    forget_bias: float = 0.0
+    cell_clip: float = 0.0  # > 0 clips c_t to [-cell_clip, cell_clip]
+    use_peephole: bool = False
+
+
+CUDNN_LSTM = LSTMOptions()
+
+
+def to_ifco(a: np.ndarray, layout: str) -> np.ndarray:
+    """Reorder the last axis (4 gate blocks) from ``layout`` to i, f, c, o (self-inverse)."""
+    if layout == "ifco":
+        return a
+    n = a.shape[-1] // 4
+    return np.concatenate([a[..., :n], a[..., 2 * n:3 * n], a[..., n:2 * n], a[..., 3 * n:]],
+                          axis=-1)
+
+
+class LSTMWeights(NamedTuple):
+    """Weights in the compute dtype, columns in ``options.layout`` order.
+
+    w_input [in, 4H] or None (skip input: every gate gets x), w_recurrent [Hout, 4H],
+    bias [4H] (all biases summed), w_proj [H, P] or None, peepholes (wci, wcf, wco)
+    each [H] or None.
+    """
+
+    w_input: np.ndarray | None
+    w_recurrent: np.ndarray
+    bias: np.ndarray
+    w_proj: np.ndarray | None = None
+    peepholes: tuple | None = None
+
+
+class LSTMTrace(NamedTuple):
+    """What the forward pass keeps for the backward pass (scan order).
+
+    gates [T, B, 4H]: activations i, f, c', o (always i, f, c, o order);
+    c [T+1, B, H]: cell states, c[0] = c0 (clipped values);
+    co [T, B, H]: tanh(c[t+1]);
+    h [T+1, B, Hout]: emitted states, h[0] = h0 (only h[:T] is read backwards).
+    """
+
+    gates: np.ndarray
+    c: np.ndarray
+    co: np.ndarray
+    h: np.ndarray
+
+
+def _ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
+    layout = options.layout
+    w_input = None if weights.w_input is None else to_ifco(weights.w_input, layout)
+    bias = to_ifco(weights.bias, layout)
+    if options.forget_bias != 0.0:
+        H = bias.shape[-1] // 4
+        bias = bias.copy()
+        bias[H:2 * H] += bias.dtype.type(options.forget_bias)
+    return weights._replace(w_input=w_input, w_recurrent=to_ifco(weights.w_recurrent, layout),
+                            bias=bias)
+
+
+def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWeights,
+                 options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None) -> LSTMTrace:
+    """Run the recurrence over ``x[T, B, in]`` from ``h0[B, Hout]``, ``c0[B, H]``."""
+    w = _ifco_weights(weights, options)
+    T, B = x.shape[:2]
+    H = c0.shape[-1]
+    dtype = x.dtype
+    x_gates = input_projection(x, w.w_input, w.bias, 4)
+    gates = np.empty((T, B, 4 * H), dtype=dtype)
+    c_states = np.empty((T + 1, B, H), dtype=dtype)
+    co_all = np.empty((T, B, H), dtype=dtype)
+    h_states = np.empty((T + 1, B, h0.shape[-1]), dtype=dtype)
+    c_states[0], h_states[0] = c0, h0
+    clip = options.cell_clip
+    peep = w.peepholes if options.use_peephole else None
+    for t in range(T):
+        c_prev, h_prev = c_states[t], h_states[t]
+        g = gates[t]
+        np.matmul(h_prev, w.w_recurrent, out=g)
+        g += x_gates[t]
+        if peep is not None:
+            g[:, :H] += c_prev * peep[0]
+            g[:, H:2 * H] += c_prev * peep[1]
+        sigmoid(g[:, :2 * H], out=g[:, :2 * H])
+        np.tanh(g[:, 2 * H:3 * H], out=g[:, 2 * H:3 * H])
+        c_new = g[:, H:2 * H] * c_prev
+        c_new += g[:, :H] * g[:, 2 * H:3 * H]
+        if clip > 0:
+            np.clip(c_new, -clip, clip, out=c_new)
+        if peep is not None:
+            g[:, 3 * H:] += c_new * peep[2]
+        sigmoid(g[:, 3 * H:], out=g[:, 3 * H:])
+        co = np.tanh(c_new, out=co_all[t])
+        m = g[:, 3 * H:] * co
+        h_new = m if w.w_proj is None else m @ w.w_proj
+        c_states[t + 1] = carry(None if valid is None else valid[t, :, None], c_new, c_prev)
+        h_states[t + 1] = carry(None if valid is None else valid[t, :, None], h_new, h_prev)
+    return LSTMTrace(gates, c_states, co_all, h_states)
+
+
+class LSTMGrads(NamedTuple):
+    """Gradients, columns in ``options.layout`` order.
+
+    d_gates [T, B, 4H] (pre-activation), dx [T, B, in] (or None), dh0 [B, Hout],
+    dc0 [B, H], dw_input [in, 4H] (None for skip input), dw_recurrent [Hout, 4H],
+    dbias [4H], dw_proj [H, P] or None, dpeepholes (wci, wcf, wco) or None.
+    """
+
+    d_gates: np.ndarray
+    dx: np.ndarray | None
+    dh0: np.ndarray
+    dc0: np.ndarray
+    dw_input: np.ndarray | None
+    dw_recurrent: np.ndarray
+    dbias: np.ndarray
+    dw_proj: np.ndarray | None
+    dpeepholes: tuple | None
+
+
+def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
+                  options: LSTMOptions = CUDNN_LSTM, *, dh_steps: np.ndarray | None = None,
+                  dc_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
+                  dc_last: np.ndarray | None = None, valid: np.ndarray | None = None,
+                  need_dx: bool = True) -> LSTMGrads:
+    """Back-propagation through time for :func:`lstm_forward`.
+
+    ``dh_steps[T, B, Hout]`` / ``dc_steps[T, B, H]`` are the direct gradients of each
+    step's emitted ``h_t`` / ``c_t``; ``dh_last`` / ``dc_last`` those of the final
+    state.  The recurrent contributions are added here.  The trace is used as given
+    (nothing is recomputed), which is what BlockLSTMGrad requires.
+    """
+    w = _ifco_weights(weights, options)
+    gates, c_states, co_all, h_states = trace
+    T, B = gates.shape[:2]
+    H = c_states.shape[-1]
+    Hout = h_states.shape[-1]
+    dtype = gates.dtype
+    peep = w.peepholes if options.use_peephole else None
+    d_gates = np.empty((T, B, 4 * H), dtype=dtype)
+    dh_total = np.empty((T, B, Hout), dtype=dtype) if w.w_proj is not None else None
+    dh = np.zeros((B, Hout), dtype=dtype) if dh_last is None else dh_last.astype(dtype, copy=True)
+    dc = np.zeros((B, H), dtype=dtype) if dc_last is None else dc_last.astype(dtype, copy=True)
+    w_rec_t = np.ascontiguousarray(w.w_recurrent.T)
+    w_proj_t = None if w.w_proj is None else np.ascontiguousarray(w.w_proj.T)
+    for t in range(T - 1, -1, -1):
+        v = None if valid is None else valid[t, :, None]
+        if dh_steps is not None:
+            dh = dh + dh_steps[t]
+        if dc_steps is not None:
+            dc = dc + dc_steps[t]
+        if w_proj_t is not None:
+            dh_total[t] = dh if v is None else np.where(v, dh, 0)
+            dm = dh @ w_proj_t
+        else:
+            dm = dh
+        g = gates[t]
+        i, f, cc, o = g[:, :H], g[:, H:2 * H], g[:, 2 * H:3 * H], g[:, 3 * H:]
+        co, c_prev = co_all[t], c_states[t]
+        dg = d_gates[t]
+        d_o = dg[:, 3 * H:]
+        np.multiply(dm, co, out=d_o)
+        d_o *= o * (1 - o)
+        dcs = dm * o
+        dcs *= 1 - co * co
+        dcs += dc
+        if peep is not None:
+            dcs += d_o * peep[2]
+        np.multiply(dcs, i * (1 - cc * cc), out=dg[:, 2 * H:3 * H])
+        np.multiply(dcs, c_prev * f * (1 - f), out=dg[:, H:2 * H])
+        np.multiply(dcs, cc * i * (1 - i), out=dg[:, :H])
+        dc_prev = dcs * f
+        if peep is not None:
+            dc_prev += dg[:, :H] * peep[0] + dg[:, H:2 * H] * peep[1]
+        if v is not None:
+            dg *= v
+        dh_prev = dg @ w_rec_t
+        dh = carry(v, dh_prev, dh)
+        dc = carry(v, dc_prev, dc)
+
+    dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx)
+    dw_recurrent = outer_sum(h_states[:T], d_gates)
+    dw_proj = None
+    if w.w_proj is not None:
+        dw_proj = outer_sum(gates[:, :, 3 * H:] * co_all, dh_total)
+    dpeepholes = None
+    if peep is not None:
+        dpeepholes = (np.einsum("tbh,tbh->h", d_gates[:, :, :H], c_states[:T]),
+                      np.einsum("tbh,tbh->h", d_gates[:, :, H:2 * H], c_states[:T]),
+                      np.einsum("tbh,tbh->h", d_gates[:, :, 3 * H:], c_states[1:]))
+    layout = options.layout
+    return LSTMGrads(
+        d_gates=to_ifco(d_gates, layout), dx=dx, dh0=dh, dc0=dc,
+        dw_input=None if dw_input is None else to_ifco(dw_input, layout),
+        dw_recurrent=to_ifco(dw_recurrent, layout), dbias=to_ifco(dbias, layout),
+        dw_proj=dw_proj, dpeepholes=dpeepholes)

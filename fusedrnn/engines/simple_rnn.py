@@ -1,0 +1,90 @@
+"""The plain RNN sequence engine (cuDNN rnn_tanh / rnn_relu).
+
+Shape legend: T steps, B batch, H units, ``in`` input size; time-major, scan order::
+
+    h_t = f(x_t W + bW + h_{t-1} R + bR),   f = tanh or relu     (W [in, H], R [H, H])
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .common import carry, input_backward, input_projection, outer_sum
+
+
+class RNNWeights(NamedTuple):
+    """w_input [in, H] or None (skip input), w_recurrent [H, H], bias [H] = bW + bR."""
+
+    w_input: np.ndarray | None
+    w_recurrent: np.ndarray
+    bias: np.ndarray
+
+
+class RNNTrace(NamedTuple):
+    """h [T+1, B, H]: states in scan order, h[0] = h0.  The activation of step t is
+    h[t+1] on valid steps, so nothing else is kept."""
+
+    h: np.ndarray
+
+
+def _activate(a: np.ndarray, activation: str) -> np.ndarray:
+    if activation == "tanh":
+        return np.tanh(a, out=a)
+    return np.maximum(a, 0, out=a)
+
+
+def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: RNNWeights, activation: str,
+                valid: np.ndarray | None = None) -> RNNTrace:
+    T, B = x.shape[:2]
+    H = h0.shape[-1]
+    x_gates = input_projection(x, weights.w_input, weights.bias, 1)
+    h_states = np.empty((T + 1, B, H), dtype=x.dtype)
+    h_states[0] = h0
+    a = np.empty((B, H), dtype=x.dtype)
+    for t in range(T):
+        np.matmul(h_states[t], weights.w_recurrent, out=a)
+        a += x_gates[t]
+        _activate(a, activation)
+        h_states[t + 1] = carry(None if valid is None else valid[t, :, None], a, h_states[t])
+    return RNNTrace(h_states)
+
+
+class RNNGrads(NamedTuple):
+    """dx [T, B, in] or None, dh0 [B, H], dw_input [in, H] or None, dw_recurrent [H, H],
+    dbias [H] (the gradient of bW and of bR alike)."""
+
+    dx: np.ndarray | None
+    dh0: np.ndarray
+    dw_input: np.ndarray | None
+    dw_recurrent: np.ndarray
+    dbias: np.ndarray
+
+
+def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation: str, *,
+                 dh_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
+                 valid: np.ndarray | None = None, need_dx: bool = True) -> RNNGrads:
+    h_states = trace.h
+    T = h_states.shape[0] - 1
+    B, H = h_states.shape[1:]
+    dtype = h_states.dtype
+    d_pre = np.empty((T, B, H), dtype=dtype)
+    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else dh_last.astype(dtype, copy=True)
+    w_rec_t = np.ascontiguousarray(weights.w_recurrent.T)
+    for t in range(T - 1, -1, -1):
+        v = None if valid is None else valid[t, :, None]
+        if dh_steps is not None:
+            dh = dh + dh_steps[t]
+        h = h_states[t + 1]
+        da = d_pre[t]
+        if activation == "tanh":
+            np.multiply(dh, 1 - h * h, out=da)
+        else:
+            np.multiply(dh, h > 0, out=da)
+        if v is not None:
+            da *= v
+        dh = carry(v, da @ w_rec_t, dh)
+    dx, dw_input, dbias = input_backward(x, d_pre, weights.w_input, 1, need_dx)
+    dw_recurrent = outer_sum(h_states[:T], d_pre)
+    return RNNGrads(dx, dh, dw_input, dw_recurrent, dbias)

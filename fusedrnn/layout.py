@@ -1,0 +1,194 @@
+"""The cuDNN opaque parameter layout: sizes, offsets, canonical <-> opaque.
+
+This is the only module that knows where a weight lives inside ``params``.
+
+Shape legend: ``L`` layers, ``D`` directions (1 or 2), ``G`` gates per cell
+(rnn_relu/rnn_tanh 1, gru 3, lstm 4), ``H`` num_units (cell size), ``P`` num_proj
+(0 = no projection), ``Hout`` = P if P > 0 else H, ``I`` input size.
+Pseudo-layer ``p = layer * D + direction`` (direction 0 = forward, 1 = backward).
+
+Per pseudo-layer the canonical lists hold, in cuDNN's linLayerID order::
+
+    weights: W_0 .. W_{G-1}  [H, in_l]    input matrices (in_0 = I, in_l = D*Hout for l >= 1)
+             R_0 .. R_{G-1}  [H, Hout]    recurrent matrices
+             W_P             [P, H]       LSTM projection (only when P > 0)
+    biases:  bW_0 .. bW_{G-1}, bR_0 .. bR_{G-1}   each [H]
+
+Gate order: lstm ``i, f, c, o``; gru ``r, u, h'``; rnn a single gate.
+With ``skip_input`` the layer-0 input matrices are absent: they take no space
+in ``params`` and appear in the canonical list as zero-width ``[H, 0]`` arrays.
+
+The opaque buffer (cuDNN's real layout, double bias, standard algorithm):
+all weight matrices of all pseudo-layers first (pseudo-layer-major, linLayerID
+order, each row-major), then all bias vectors (pseudo-layer-major, bW then bR).
+No padding.  Worked example (lstm, I=3, H=5, L=2, D=2): 1080 elements; pseudo-
+layer 0 ``W_i`` at 0, ``W_f`` at 15, ``R_i`` at 60; pseudo-layer 2 ``W_i`` at
+320 (``[5, 10]``); biases from 920 (``bW_i`` of p0) to 1080.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+RNN_MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+INPUT_MODES = ("linear_input", "skip_input", "auto_select")
+DIRECTIONS = ("unidirectional", "bidirectional")
+GATES = {"rnn_relu": 1, "rnn_tanh": 1, "gru": 3, "lstm": 4}
+
+
+@dataclass(frozen=True)
+class RNNConfig:
+    """A fully resolved CudnnRNN model description.
+
+    ``skip_input`` is the *resolved* input mode (``auto_select`` already decided).
+    """
+
+    rnn_mode: str
+    num_layers: int
+    num_units: int
+    input_size: int
+    num_dirs: int = 1
+    skip_input: bool = False
+    num_proj: int = 0
+
+    @property
+    def num_gates(self) -> int:
+        return GATES[self.rnn_mode]
+
+    @property
+    def hidden_out(self) -> int:
+        """Size of the emitted / fed-back state: P with projection, else H."""
+        return self.num_proj if self.num_proj > 0 else self.num_units
+
+    @property
+    def num_pseudo_layers(self) -> int:
+        return self.num_layers * self.num_dirs
+
+    @property
+    def weights_per_pseudo_layer(self) -> int:
+        return 2 * self.num_gates + (1 if self.num_proj > 0 else 0)
+
+    @property
+    def biases_per_pseudo_layer(self) -> int:
+        return 2 * self.num_gates
+
+    def layer_input_size(self, layer: int) -> int:
+        return self.input_size if layer == 0 else self.num_dirs * self.hidden_out
+
+    def describe(self) -> str:
+        text = (f"{self.rnn_mode}, {self.num_layers} layer(s), "
+                f"{'bidirectional' if self.num_dirs == 2 else 'unidirectional'}, "
+                f"input_size={self.input_size}, num_units={self.num_units}")
+        if self.num_proj:
+            text += f", num_proj={self.num_proj}"
+        if self.skip_input:
+            text += ", skip_input"
+        return text
+
+    @cached_property
+    def regions(self) -> "ParamRegions":
+        return _compute_regions(self)
+
+    @property
+    def params_size(self) -> int:
+        return self.regions.total
+
+
+class Region(NamedTuple):
+    offset: int
+    shape: tuple
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class ParamRegions(NamedTuple):
+    weights: list  # Region per canonical weight, canonical order
+    biases: list  # Region per canonical bias, canonical order
+    total: int
+
+
+def _weight_shapes(config: RNNConfig, layer: int) -> list:
+    G, H, Hout, P = config.num_gates, config.num_units, config.hidden_out, config.num_proj
+    in_cols = 0 if (config.skip_input and layer == 0) else config.layer_input_size(layer)
+    shapes = [(H, in_cols)] * G + [(H, Hout)] * G
+    if P > 0:
+        shapes.append((P, H))
+    return shapes
+
+
+def _compute_regions(config: RNNConfig) -> ParamRegions:
+    offset = 0
+    weights, biases = [], []
+    for p in range(config.num_pseudo_layers):
+        for shape in _weight_shapes(config, p // config.num_dirs):
+            region = Region(offset, shape)
+            weights.append(region)
+            offset += region.size
+    for p in range(config.num_pseudo_layers):
+        for _ in range(config.biases_per_pseudo_layer):
+            biases.append(Region(offset, (config.num_units,)))
+            offset += config.num_units
+    return ParamRegions(weights, biases, offset)
+
+
+class PseudoLayerParams(NamedTuple):
+    """Views into ``params`` for one pseudo-layer, gates stacked along rows.
+
+    w_input [G*H, in] (None with skip_input in layer 0), w_recurrent [G*H, Hout],
+    w_proj [P, H] or None, bias_input [G*H], bias_recurrent [G*H].
+    """
+
+    w_input: np.ndarray | None
+    w_recurrent: np.ndarray
+    w_proj: np.ndarray | None
+    bias_input: np.ndarray
+    bias_recurrent: np.ndarray
+
+
+def _block(flat: np.ndarray, first: Region, count: int, rows: int, cols: int) -> np.ndarray:
+    return flat[first.offset:first.offset + count * rows * cols].reshape(count * rows, cols)
+
+
+def pseudo_layer_views(flat: np.ndarray, config: RNNConfig, p: int) -> PseudoLayerParams:
+    """Views of pseudo-layer ``p``'s parameters inside a flat ``params`` buffer.
+
+    The same function serves the gradient buffer: writing into the returned views
+    writes into ``flat``.
+    """
+    G, H, Hout = config.num_gates, config.num_units, config.hidden_out
+    regions = config.regions
+    w0 = p * config.weights_per_pseudo_layer
+    b0 = p * config.biases_per_pseudo_layer
+    in_region = regions.weights[w0]
+    in_cols = in_region.shape[1]
+    w_input = None if in_cols == 0 else _block(flat, in_region, G, H, in_cols)
+    w_recurrent = _block(flat, regions.weights[w0 + G], G, H, Hout)
+    w_proj = None
+    if config.num_proj > 0:
+        w_proj = _block(flat, regions.weights[w0 + 2 * G], 1, config.num_proj, H)
+    bias_input = _block(flat, regions.biases[b0], G, H, 1).reshape(G * H)
+    bias_recurrent = _block(flat, regions.biases[b0 + G], G, H, 1).reshape(G * H)
+    return PseudoLayerParams(w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
+
+
+def params_to_canonical(params: np.ndarray, config: RNNConfig) -> tuple[list, list]:
+    """Split a flat buffer into the canonical ``weights`` (2-D) and ``biases`` lists (copies)."""
+    regions = config.regions
+    weights = [params[r.offset:r.offset + r.size].reshape(r.shape).copy() for r in regions.weights]
+    biases = [params[r.offset:r.offset + r.size].copy() for r in regions.biases]
+    return weights, biases
+
+
+def canonical_to_params(weights, biases, config: RNNConfig, dtype) -> np.ndarray:
+    """Pack canonical lists (already validated element counts) into a new flat buffer."""
+    regions = config.regions
+    params = np.empty(regions.total, dtype=dtype)
+    for region, array in zip(regions.weights + regions.biases, list(weights) + list(biases)):
+        params[region.offset:region.offset + region.size] = np.asarray(array).reshape(-1)
+    return params
