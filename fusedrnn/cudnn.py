@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import layout, reserve
+from . import layout, reserve, resources
 from .engines import gru as gru_engine
 from .engines import lstm as lstm_engine
 from .engines import simple_rnn as rnn_engine
@@ -117,7 +117,13 @@ class _Problem(NamedTuple):
     cell_shape: tuple | None  # shape of input_c (lstm) as the caller sees it
     output_shape: tuple
     lengths: np.ndarray  # [B] int64
-    valid: np.ndarray | None  # [T, B] bool, None when every length is T
+    full_length: bool  # every sequence has length T
+
+    def valid_mask(self) -> np.ndarray | None:
+        """[T, B] bool: step t belongs to sequence b; None when every length is T."""
+        if self.full_length:
+            return None
+        return np.arange(self.T)[:, None] < self.lengths[None, :]
 
 
 def _state_shape(time_major: bool, LD: int, B: int, width: int) -> tuple:
@@ -171,15 +177,16 @@ def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool)
     if params.shape[0] != config.params_size:
         raise ValueError(f"params size mismatch: expected {config.params_size}, got {params.shape[0]} "
                          f"for {config.describe()}")
-    lengths, valid = _lengths(sequence_lengths, T, B)
+    lengths = _lengths(sequence_lengths, T, B)
     out_width = D * config.hidden_out
     output_shape = (T, B, out_width) if time_major else (B, T, out_width)
-    return _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, lengths, valid)
+    return _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, lengths,
+                    bool(np.all(lengths == T)))
 
 
 def _lengths(sequence_lengths, T: int, B: int):
     if sequence_lengths is None:
-        return np.full(B, T, dtype=np.int64), None
+        return np.full(B, T, dtype=np.int64)
     lengths = as_array(sequence_lengths, "sequence_lengths")
     if lengths.dtype.kind not in "iu" or lengths.dtype == np.uint64:
         raise TypeError(f"sequence_lengths must be int32 or int64, got {lengths.dtype}")
@@ -191,9 +198,7 @@ def _lengths(sequence_lengths, T: int, B: int):
     if bad.size:
         b = int(bad[0])
         raise ValueError(f"sequence_lengths[{b}] = {int(lengths[b])} is outside [1, {T}]")
-    if np.all(lengths == T):
-        return lengths, None
-    return lengths, np.arange(T)[:, None] < lengths[None, :]
+    return lengths
 
 
 # --------------------------------------------------------------------------------------
@@ -265,6 +270,27 @@ def _dropout_mask(attrs: _Attrs, layer: int, shape: tuple, dtype) -> np.ndarray:
     return keep.astype(dtype) * dtype.type(1.0 / (1.0 - attrs.dropout))
 
 
+def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, training: bool,
+                     backward: bool) -> int:
+    """Upper estimate of what one forward or backward call allocates."""
+    config, T, B = problem.config, problem.T, problem.B
+    G, H, Hout, D = config.num_gates, config.num_units, config.hidden_out, config.num_dirs
+    width = max(config.input_size, D * Hout)
+    one_trace = [shape for _, shape in reserve.trace_items(config.rnn_mode, T, B, H, Hout)]
+    work = one_trace + [(T, B, G * H)] * 2 + [(T, B, width)] * 4 + [(config.params_size,)] * 2
+    total = resources.nbytes_of(work, compute.itemsize)
+    total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
+    if training or backward:
+        total += reserve.reserve_nbytes(config, T, B, config.num_layers > 1, compute)
+    return total
+
+
+def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bool, op: str) -> None:
+    nbytes = _estimate_nbytes(problem, compute, dtype, training, backward)
+    resources.ensure_fits(nbytes, op, f"input shape {shape_str(problem.output_shape[:2] + (problem.config.input_size,))} "
+                          f"with {problem.config.describe()}")
+
+
 # --------------------------------------------------------------------------------------
 # Forward
 
@@ -279,6 +305,7 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major)
     config, T, B = problem.config, problem.T, problem.B
     cd = compute_dtype(dtype)
+    _ensure_fits(problem, cd, dtype, is_training, False, "CudnnRNN forward")
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
     is_lstm = config.rnn_mode == "lstm"
@@ -291,7 +318,7 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
               if is_training else None)
     h_final = np.empty((LD, B, Hout), dtype=cd)
     c_final = np.empty((LD, B, H), dtype=cd) if is_lstm else None
-    valid = problem.valid
+    valid = problem.valid_mask()
     for layer in range(L):
         out = np.empty((T, B, D * Hout), dtype=cd)
         for d in range(D):
@@ -349,6 +376,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     if is_lstm:
         _check_shape(arrays["output_c_backprop"], problem.cell_shape, "output_c_backprop")
     cd = compute_dtype(dtype)
+    _ensure_fits(problem, cd, dtype, True, True, "CudnnRNN backprop")
     views, dropout_applied = reserve.read_reserve(arrays["reserve_space"], config, T, B,
                                                   problem.lengths, cd)
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
@@ -357,7 +385,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     d_out = np.array(_to_time_major(arrays["output_backprop"], time_major), dtype=cd)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
-    valid = problem.valid
+    valid = problem.valid_mask()
     if valid is not None:
         d_out *= valid[:, :, None]
     x_tm = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)

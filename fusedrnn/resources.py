@@ -1,0 +1,80 @@
+"""Memory estimates: refuse a call that cannot fit before allocating anything.
+
+Every op estimates the bytes it will allocate from the validated shapes (Python
+integers: no int32 overflow is possible) and raises ``MemoryError`` naming the
+bytes and the shape when the estimate exceeds the memory available, instead of
+letting the operating system kill the process half-way through.
+
+The limit is the smallest of: ``MemAvailable`` from ``/proc/meminfo``, the cgroup
+limit (v2 ``memory.max`` / v1 ``memory.limit_in_bytes``) minus current usage, and the
+``FUSEDRNN_MEMORY_LIMIT`` environment variable (bytes) when it is set.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate, or None when it cannot be determined."""
+    candidates = []
+    override = os.environ.get("FUSEDRNN_MEMORY_LIMIT")
+    if override:
+        try:
+            candidates.append(int(float(override)))
+        except ValueError:
+            pass
+    meminfo = _meminfo_available()
+    if meminfo is not None:
+        candidates.append(meminfo)
+    for limit_path, usage_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit = _read_int(limit_path)
+        if limit is not None and limit < 1 << 60:
+            candidates.append(max(limit - (_read_int(usage_path) or 0), 0))
+    if not candidates:
+        try:
+            candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    return min(candidates)
+
+
+def ensure_fits(nbytes: int, op: str, detail: str) -> None:
+    """Raise MemoryError if ``nbytes`` (an estimate) exceeds the available memory."""
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise MemoryError(f"{op} needs about {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) for {detail}, "
+                          f"but only {available:,} bytes are available")
+
+
+def nbytes_of(shapes, itemsize: int) -> int:
+    """Bytes of a list of array shapes of one itemsize (exact Python integers)."""
+    total = 0
+    for shape in shapes:
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        total += count
+    return total * itemsize
