@@ -34,7 +34,7 @@ def input_projection(x: np.ndarray, w_input: np.ndarray | None, bias: np.ndarray
         out += bias
         return out
     out = np.empty((T, B, w_input.shape[1]), dtype=x.dtype)
-    np.matmul(x.reshape(T * B, n_in), w_input, out=out.reshape(T * B, -1))
+    np.matmul(x.reshape(T * B, n_in), w_input, out=out.reshape(T * B, w_input.shape[1]))
     out += bias
     return out
 
@@ -46,7 +46,7 @@ def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
     Returns ``(dx [T, B, in] or None, dw_input [in, G*H] or None, dbias [G*H])``.
     """
     T, B, n_in = x.shape
-    flat = d_pre.reshape(T * B, -1)
+    flat = d_pre.reshape(T * B, d_pre.shape[-1])
     dbias = flat.sum(axis=0)
     if w_input is None:
         dx = d_pre.reshape(T, B, num_gates, n_in).sum(axis=2) if need_dx else None

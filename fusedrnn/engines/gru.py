@@ -115,5 +115,5 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         dh = carry(v, dh_prev, dh)
     dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx)
     dw_recurrent = outer_sum(h_states[:T], d_q)
-    dbias_recurrent = d_q.reshape(T * B, -1).sum(axis=0)
+    dbias_recurrent = d_q.reshape(T * B, 3 * H).sum(axis=0)
     return GRUGrads(dx, dh, dw_input, dw_recurrent, dbias_input, dbias_recurrent)
