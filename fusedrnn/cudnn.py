@@ -265,7 +265,7 @@ def _scan(a: np.ndarray | None, direction: int):
 
 def _dropout_mask(attrs: _Attrs, layer: int, shape: tuple, dtype) -> np.ndarray:
     key = ((attrs.seed % 2**64) << 32 | (attrs.seed2 % 2**64)) % 2**64
-    generator = np.random.Generator(np.random.Philox(key=[key, layer]))
+    generator = np.random.Generator(np.random.Philox(key=np.array([key, layer], dtype=np.uint64)))
     keep = generator.random(shape) >= attrs.dropout
     return keep.astype(dtype) * dtype.type(1.0 / (1.0 - attrs.dropout))
 
