@@ -344,14 +344,15 @@ def finite_difference(f, array: np.ndarray, indices, eps: float) -> np.ndarray:
 
 def assert_gradients_match_fd(prob: Problem, time_major: bool = True, per_region: int | None = None,
                               max_entries: int | None = None, eps: float = 1e-6,
-                              rtol: float = 1e-6, atol: float = 1e-7, seed: int = 0, **attrs) -> None:
+                              rtol: float = 1e-6, atol: float = 1e-7, rng_seed: int = 0, **attrs) -> None:
     """BackpropV3 vs central finite differences (float64) of :func:`loss_value`, for input,
     input_h, input_c (lstm) and params.  ``per_region=None`` checks every params entry;
-    ``max_entries`` subsamples the input/state arrays.  The loss forward runs with the same
-    attributes (same dropout seeds → same masks)."""
+    ``max_entries`` subsamples the input/state arrays; ``rng_seed`` drives that sampling and
+    the upstream gradients.  The loss forward runs with the same attributes ``attrs`` (same
+    dropout seeds → same masks)."""
     case = prob.case
-    rng = np.random.default_rng(seed)
-    grads = random_like_outputs(case, seed + 1)
+    rng = np.random.default_rng(rng_seed)
+    grads = random_like_outputs(case, rng_seed + 1)
     attrs.setdefault("is_training", True)
     fwd = forward_v3(prob, time_major, **attrs)
     bp_attrs = {k: v for k, v in attrs.items() if k != "is_training"}
