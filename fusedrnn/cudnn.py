@@ -34,6 +34,7 @@ from .engines import gru as gru_engine
 from .engines import lstm as lstm_engine
 from .engines import simple_rnn as rnn_engine
 from .layout import RNNConfig
+from .settings import public_op
 from .validate import (as_array, bool_attr, choice_attr, compute_dtype, float_arrays, float_attr,
                        int_scalar, shape_str)
 
@@ -433,6 +434,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
 # Public forward / backward ops
 
 
+@public_op
 def cudnn_rnn(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="linear_input",
               direction="unidirectional", dropout=0.0, seed=0, seed2=0, is_training=True) -> CudnnRNNResult:
     """TF ``CudnnRNN``: time-major forward of a stacked, fixed-length RNN.
@@ -451,6 +453,7 @@ def _host_reserved(is_training: bool) -> np.ndarray:
     return np.zeros(2, dtype=np.int8) if is_training else np.zeros((), dtype=np.int8)
 
 
+@public_op
 def cudnn_rnn_v2(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="linear_input",
                  direction="unidirectional", dropout=0.0, seed=0, seed2=0,
                  is_training=True) -> CudnnRNNV2Result:
@@ -462,6 +465,7 @@ def cudnn_rnn_v2(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode
     return CudnnRNNV2Result(*result, _host_reserved(bool(is_training)))
 
 
+@public_op
 def cudnn_rnn_v3(input, input_h, input_c, params, sequence_lengths, *, rnn_mode="lstm",
                  input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0, seed2=0,
                  num_proj=0, is_training=True, time_major=True) -> CudnnRNNV2Result:
@@ -481,6 +485,7 @@ def cudnn_rnn_v3(input, input_h, input_c, params, sequence_lengths, *, rnn_mode=
     return CudnnRNNV2Result(*result, np.zeros((), dtype=np.int8))
 
 
+@public_op
 def cudnn_rnn_backprop(input, input_h, input_c, params, output, output_h, output_c, output_backprop,
                        output_h_backprop, output_c_backprop, reserve_space, *, rnn_mode="lstm",
                        input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
@@ -501,6 +506,7 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, output, output_h, output
     return _backward(attrs, inputs, None, True)
 
 
+@public_op
 def cudnn_rnn_backprop_v2(input, input_h, input_c, params, output, output_h, output_c, output_backprop,
                           output_h_backprop, output_c_backprop, reserve_space, host_reserved, *,
                           rnn_mode="lstm", input_mode="linear_input", direction="unidirectional",
@@ -512,6 +518,7 @@ def cudnn_rnn_backprop_v2(input, input_h, input_c, params, output, output_h, out
                               dropout=dropout, seed=seed, seed2=seed2)
 
 
+@public_op
 def cudnn_rnn_backprop_v3(input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
                           output_backprop, output_h_backprop, output_c_backprop, reserve_space,
                           host_reserved, *, rnn_mode="lstm", input_mode="linear_input",
@@ -565,6 +572,7 @@ def _dtype_attr(value, name: str, allowed: tuple) -> np.dtype:
     return dtype
 
 
+@public_op
 def cudnn_rnn_params_size(num_layers, num_units, input_size, *, T=np.float32, S=np.int32, rnn_mode="lstm",
                           input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
                           seed2=0, num_proj=0) -> np.ndarray:
@@ -600,6 +608,7 @@ def _to_canonical(attrs, num_layers, num_units, input_size, params, n_weights, n
     return CanonicalParams(*layout.params_to_canonical(params, config))
 
 
+@public_op
 def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, num_params,
                                   rnn_mode="lstm", input_mode="linear_input", direction="unidirectional",
                                   dropout=0.0, seed=0, seed2=0) -> CanonicalParams:
@@ -610,6 +619,7 @@ def cudnn_rnn_params_to_canonical(num_layers, num_units, input_size, params, *, 
     return _to_canonical(attrs, num_layers, num_units, input_size, params, num_params, num_params)
 
 
+@public_op
 def cudnn_rnn_params_to_canonical_v2(num_layers, num_units, input_size, params, *, num_params_weights,
                                      num_params_biases, rnn_mode="lstm", input_mode="linear_input",
                                      direction="unidirectional", dropout=0.0, seed=0, seed2=0,
@@ -649,6 +659,7 @@ def _from_canonical(attrs, num_layers, num_units, input_size, weights, biases) -
                                       [arrays[f"biases[{k}]"] for k in range(len(biases))], config, dtype)
 
 
+@public_op
 def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, biases, *, rnn_mode="lstm",
                                   input_mode="linear_input", direction="unidirectional", dropout=0.0,
                                   seed=0, seed2=0) -> np.ndarray:
@@ -660,6 +671,7 @@ def cudnn_rnn_canonical_to_params(num_layers, num_units, input_size, weights, bi
     return _from_canonical(attrs, num_layers, num_units, input_size, weights, biases)
 
 
+@public_op
 def cudnn_rnn_canonical_to_params_v2(num_layers, num_units, input_size, weights, biases, *,
                                      rnn_mode="lstm", input_mode="linear_input", direction="unidirectional",
                                      dropout=0.0, seed=0, seed2=0, num_proj=0) -> np.ndarray:
