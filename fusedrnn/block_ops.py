@@ -38,6 +38,8 @@ the recurrent part themselves.  Like TensorFlow's kernels they pass gradients st
 ``cell_clip`` (its derivative is taken as 1): where the forward clipped, the result is not the
 true derivative.
 
+Every op runs in :func:`fusedrnn.settings.numerics` (NaN/Inf propagate without warnings).
+
 dtypes: float16 (computed in float32, outputs rounded to float16), float32, float64, for
 all eight ops (TensorFlow: float16/float32, GRU float32 only).  All float inputs must share
 one dtype (TypeError).  Zero-sized T, B, I or n are valid everywhere.  Shapes are checked in
@@ -53,6 +55,7 @@ import numpy as np
 
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, lstm_backward, lstm_forward
+from .settings import public_op
 from .validate import as_array, bool_attr, compute_dtype, float_arrays, float_attr, shape_str
 
 __all__ = [
@@ -378,6 +381,7 @@ def _block_lstm(op: str, layout: str, seq_len_max, inputs: dict, forget_bias, ce
     return _lstm_sequence(L, a, dtype, options)
 
 
+@public_op
 def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0, cell_clip=3.0,
                use_peephole=False) -> BlockLSTMResult:
     """TF ``BlockLSTM``: the LSTM over ``x[:seq_len_max]`` with **ICFO** gate columns.
@@ -401,6 +405,7 @@ def block_lstm(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_b
                        forget_bias, cell_clip, use_peephole)
 
 
+@public_op
 def block_lstm_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, *, cell_clip=0.0,
                   use_peephole=False) -> BlockLSTMResult:
     """TF ``BlockLSTMV2``: as :func:`block_lstm` but with **IFCO** gate columns (i | f | ci | o),
@@ -470,6 +475,7 @@ _GRAD_DOC = """TF ``{op}``: back-propagation through :func:`{fwd}` ({layout} gat
     """
 
 
+@public_op
 def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
                     h_grad, *, use_peephole) -> BlockLSTMGradResult:
     return _block_lstm_grad("BlockLSTMGrad", "icfo", seq_len_max,
@@ -478,6 +484,7 @@ def block_lstm_grad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
                             use_peephole)
 
 
+@public_op
 def block_lstm_grad_v2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
                        h_grad, *, use_peephole) -> BlockLSTMGradResult:
     return _block_lstm_grad("BlockLSTMGradV2", "ifco", seq_len_max,
@@ -495,6 +502,7 @@ block_lstm_grad_v2.__doc__ = _GRAD_DOC.format(op="BlockLSTMGradV2", fwd="block_l
 # ----------------------------------------------------------------------------------------------
 # LSTMBlockCell / LSTMBlockCellGrad
 
+@public_op
 def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0, cell_clip=3.0,
                     use_peephole=False) -> BlockLSTMResult:
     """TF ``LSTMBlockCell``: one step of :func:`block_lstm` (**ICFO** gate columns).
@@ -515,6 +523,7 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
     return BlockLSTMResult(*(out[0] for out in seq))
 
 
+@public_op
 def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad, *,
                          use_peephole) -> LSTMBlockCellGradResult:
     """TF ``LSTMBlockCellGrad``: gate-level gradients of one :func:`lstm_block_cell` step.
@@ -562,6 +571,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
 # ----------------------------------------------------------------------------------------------
 # GRUBlockCell / GRUBlockCellGrad
 
+@public_op
 def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellResult:
     """TF ``GRUBlockCell``: one GRU step, reset gate applied to ``h_prev`` before the matmul.
 
@@ -581,6 +591,7 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellResult:
     return GRUBlockCellResult(*(v.astype(dtype, copy=False) for v in out))
 
 
+@public_op
 def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlockCellGradResult:
     """TF ``GRUBlockCellGrad``: gradients of one :func:`gru_block_cell` step from ``d_h = ∂L/∂h``.
 
