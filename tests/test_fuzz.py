@@ -1,0 +1,93 @@
+"""Property-based fuzzing of every public op, crash-isolated in subprocesses (issue 4, items 1-2).
+
+``test_fuzz[op]`` runs ``python -m tests.fuzz.run --op <op>`` in a child process with a timeout:
+a segfault, an abort or a hang fails that one test (reporting the example that was running)
+instead of killing pytest; an ordinary property failure reports hypothesis' shrunk example.
+The budget is ``FUSEDRNN_FUZZ_EXAMPLES`` examples per op (default 60, seed 0: deterministic in
+CI).  Long run (random seed, printed; docs/hardening.md)::
+
+    FUSEDRNN_FUZZ_EXAMPLES=5000 python -m pytest tests/test_fuzz.py -k "test_fuzz["
+
+``test_regression`` replays, in-process, the minimal examples of every defect the fuzzer found.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fusedrnn  # noqa: E402
+from tests.fuzz import cases  # noqa: E402
+from tests.fuzz.harness import check_example, run_child  # noqa: E402
+from tests.fuzz.run import parse_example  # noqa: E402
+
+EXAMPLES = int(os.environ.get("FUSEDRNN_FUZZ_EXAMPLES", "60"))
+#: per-op child timeout: generous for CI, scaled for long runs (about 20 ms per example here)
+TIMEOUT = max(120.0, 0.5 * EXAMPLES)
+
+
+@pytest.mark.parametrize("op", list(cases.SPECS))
+def test_fuzz(op):
+    result = run_child(["--op", op, "--examples", str(EXAMPLES)], timeout=TIMEOUT)
+    assert result.ok, result.report()
+
+
+def test_every_public_op_is_fuzzed():
+    public = {name for name in fusedrnn.__all__ if name[0].islower() and name != "raw_ops"}
+    assert public == set(cases.SPECS)
+    assert {spec.raw for spec in cases.SPECS.values()} == set(fusedrnn.raw_ops.__all__)
+
+
+# --------------------------------------------------------------------------------------
+# The isolation itself
+
+
+def test_isolation_reports_an_abort():
+    result = run_child(["--selftest", "abort", "--examples", "50"], timeout=60)
+    assert not result.ok
+    assert result.crash_signal == "SIGABRT", result.report()
+    report = result.report()
+    assert "CRASHED with SIGABRT" in report and "selftest abort n=" in report
+
+
+def test_isolation_reports_a_segfault():
+    result = run_child(["--selftest", "segfault", "--examples", "50"], timeout=60)
+    assert result.crash_signal == "SIGSEGV", result.report()
+    assert "selftest segfault n=" in result.report()
+    assert "Fatal Python error" in result.stderr  # faulthandler's traceback of the crash
+
+
+def test_isolation_reports_a_hang():
+    result = run_child(["--selftest", "hang", "--examples", "50"], timeout=5)
+    assert result.timed_out and not result.ok
+    assert "TIMED OUT" in result.report() and "selftest hang n=" in result.report()
+    assert result.seconds < 30
+
+
+def test_isolation_reports_the_shrunk_example():
+    """The property fails for n >= 17: hypothesis shrinks to exactly n=17 and the parent shows it."""
+    result = run_child(["--selftest", "fail", "--examples", "200"], timeout=60)
+    assert not result.ok and result.returncode == 1
+    assert "minimal failing example (shrunk by hypothesis): selftest fail n=17" in result.report()
+
+
+def test_isolation_passes_when_the_property_holds():
+    result = run_child(["--selftest", "pass", "--examples", "20"], timeout=60)
+    assert result.ok, result.report()
+
+
+# --------------------------------------------------------------------------------------
+# Regressions: the minimal examples of the defects the fuzzer found (see docs/hardening.md)
+
+REGRESSIONS = {
+}
+
+
+@pytest.mark.parametrize("name", list(REGRESSIONS))
+def test_regression(name):
+    check_example(parse_example(REGRESSIONS[name]))
