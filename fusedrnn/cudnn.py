@@ -170,8 +170,10 @@ def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool)
     if T < 1:
         raise ValueError(f"max_seq_length <= 0: input has shape {shape_str(x.shape)} "
                          f"({'dim 0' if time_major else 'dim 1'} is the time axis)")
-    if H < 1 or I < 1:
-        raise ValueError(f"num_units and input_size must be >= 1, got num_units={H}, input_size={I}")
+    if I < 1:
+        raise ValueError(f"input_size must be >= 1: input has shape {shape_str(x.shape)} (dim 2 is input_size)")
+    if H < 1:
+        raise ValueError(f"num_units must be >= 1: input_h has shape {shape_str(h.shape)} (dim 2 is num_units)")
     config = _make_config(attrs, L, H, I)
     if params.ndim != 1:
         raise ValueError(f"params must be a 1-D vector, got shape {shape_str(params.shape)}")

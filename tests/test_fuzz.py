@@ -85,9 +85,22 @@ def test_isolation_passes_when_the_property_holds():
 # Regressions: the minimal examples of the defects the fuzzer found (see docs/hardening.md)
 
 REGRESSIONS = {
+    # input of shape [T, B, 0]: the message named num_units/input_size but not the argument
+    "input_size_0_message": "Example(op='cudnn_rnn_v3', dtype='float16', cfg={'mode': 'lstm', 'L': 1, 'D': 1, "
+    "'I': 1, 'H': 1, 'P': 0, 'T': 1, 'B': 0, 'input_mode': 'skip_input', 'time_major': False, 'lengths': None, "
+    "'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, 'seed': 0, 'seed2': 0, 'c_shape': 'state'}, "
+    "seed=0, mutation=Mutation('shape', 'input', ('set_dim', 2, 0), must_fail=False, same_result=False), "
+    "surface='snake')",
 }
 
 
 @pytest.mark.parametrize("name", list(REGRESSIONS))
 def test_regression(name):
     check_example(parse_example(REGRESSIONS[name]))
+
+
+def test_input_size_0_names_the_input():
+    x = np.zeros((2, 3, 0), np.float32)
+    h = np.zeros((1, 3, 5), np.float32)
+    with pytest.raises(ValueError, match=r"input_size must be >= 1: input has shape \[2,3,0\]"):
+        fusedrnn.cudnn_rnn(x, h, h, np.zeros(10, np.float32))
