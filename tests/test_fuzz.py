@@ -91,6 +91,12 @@ REGRESSIONS = {
     "'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, 'seed': 0, 'seed2': 0, 'c_shape': 'state'}, "
     "seed=0, mutation=Mutation('shape', 'input', ('set_dim', 2, 0), must_fail=False, same_result=False), "
     "surface='snake')",
+    # skip_input, batch 0, read-only input: np.tile returned a view of the input, then `+= bias`
+    "skip_input_readonly_empty": "Example(op='cudnn_rnn', dtype='float32', cfg={'mode': 'lstm', 'L': 1, "
+    "'D': 1, 'I': 1, 'H': 1, 'P': 0, 'T': 1, 'B': 0, 'input_mode': 'skip_input', 'time_major': True, "
+    "'lengths': None, 'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, 'seed': 0, 'seed2': 0, "
+    "'c_shape': 'state'}, seed=0, mutation=Mutation('view', 'input', 'readonly', must_fail=False, "
+    "same_result=True), surface='snake')",
 }
 
 
@@ -104,3 +110,12 @@ def test_input_size_0_names_the_input():
     h = np.zeros((1, 3, 5), np.float32)
     with pytest.raises(ValueError, match=r"input_size must be >= 1: input has shape \[2,3,0\]"):
         fusedrnn.cudnn_rnn(x, h, h, np.zeros(10, np.float32))
+
+
+def test_skip_input_read_only_empty_batch():
+    x = np.zeros((2, 0, 4), np.float32)
+    x.flags.writeable = False
+    h = np.zeros((1, 0, 4), np.float32)
+    n = cases.cudnn_params_size("lstm", 1, 1, 4, 4, 0, "skip_input")
+    out = fusedrnn.cudnn_rnn(x, h, h, np.zeros(n, np.float32), input_mode="skip_input")
+    assert out.output.shape == (2, 0, 4)

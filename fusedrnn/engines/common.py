@@ -30,7 +30,9 @@ def input_projection(x: np.ndarray, w_input: np.ndarray | None, bias: np.ndarray
     """
     T, B, n_in = x.shape
     if w_input is None:
-        out = np.tile(x, (1, 1, num_gates))
+        # a fresh array (np.tile returns a view of an empty x, which may be read-only)
+        out = np.empty((T, B, num_gates * n_in), dtype=x.dtype)
+        out.reshape(T, B, num_gates, n_in)[...] = x[:, :, None, :]
         out += bias
         return out
     out = np.empty((T, B, w_input.shape[1]), dtype=x.dtype)
