@@ -565,6 +565,8 @@ def _param_config(attrs: _Attrs, num_layers, num_units, input_size) -> RNNConfig
 
 def _dtype_attr(value, name: str, allowed: tuple) -> np.dtype:
     value = getattr(value, "as_numpy_dtype", value)  # accepts tf.DType too
+    if value is None:  # np.dtype(None) would silently mean float64
+        raise TypeError(f"{name} must be a dtype, one of ({', '.join(allowed)}), got None")
     try:
         dtype = np.dtype(value)
     except TypeError:

@@ -97,6 +97,12 @@ REGRESSIONS = {
     "'lengths': None, 'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, 'seed': 0, 'seed2': 0, "
     "'c_shape': 'state'}, seed=0, mutation=Mutation('view', 'input', 'readonly', must_fail=False, "
     "same_result=True), surface='snake')",
+    # T=None was accepted as float64 (np.dtype(None) is float64)
+    "params_size_T_None": "Example(op='cudnn_rnn_params_size', dtype='float16', cfg={'mode': 'lstm', 'L': 1, "
+    "'D': 1, 'I': 1, 'H': 1, 'P': 0, 'T': 1, 'B': 0, 'input_mode': 'skip_input', 'time_major': True, "
+    "'lengths': None, 'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, 'seed': 0, 'seed2': 0, "
+    "'c_shape': 'state', 'S': 'int32', 'int_form': 'int'}, seed=0, mutation=Mutation('attr', 'T', None, "
+    "must_fail=True, same_result=False), surface='snake')",
 }
 
 
@@ -119,3 +125,9 @@ def test_skip_input_read_only_empty_batch():
     n = cases.cudnn_params_size("lstm", 1, 1, 4, 4, 0, "skip_input")
     out = fusedrnn.cudnn_rnn(x, h, h, np.zeros(n, np.float32), input_mode="skip_input")
     assert out.output.shape == (2, 0, 4)
+
+
+@pytest.mark.parametrize("attr", ["T", "S"])
+def test_params_size_dtype_none_is_a_type_error(attr):
+    with pytest.raises(TypeError, match=rf"^{attr} must be a dtype.*got None"):
+        fusedrnn.cudnn_rnn_params_size(1, 4, 3, **{attr: None})
