@@ -242,12 +242,6 @@ def test_cell_grad_nan_row(op):
             np.testing.assert_array_equal(got[[0, 2]], ref[[0, 2]])
 
 
-BLOCK_ERRSTATE_PENDING = pytest.mark.xfail(
-    strict=True, raises=FloatingPointError,
-    reason="block ops do not run in fusedrnn.settings.numerics() yet (reported; cudnn ops do)")
-
-
-@BLOCK_ERRSTATE_PENDING
 @pytest.mark.parametrize("op", ["block_lstm", "lstm_block_cell", "gru_block_cell", "block_lstm_grad"])
 def test_block_inf_minus_inf_raises_nothing(op):
     call = _block(op)
