@@ -463,6 +463,8 @@ _GRAD_DOC = """TF ``{op}``: back-propagation through :func:`{fwd}` ({layout} gat
         dcs = (1 - co²) ⊙ dh ⊙ o + dcs  [+ do ⊙ wco]
         dci = (1 - ci²) ⊙ dcs ⊙ i;  df = f ⊙ (1-f) ⊙ dcs ⊙ cp;  di = i ⊙ (1-i) ⊙ dcs ⊙ ci
         dgates = [di | {packed}];  recurrent parts: dcs ⊙ f [+ di ⊙ wci + df ⊙ wcf], (dgates · wᵀ)[:, I:]
+        x_grad[t] = (dgates · wᵀ)[:, :I];  w_grad = Σ_t [x[t] | h[t-1]]ᵀ · dgates;  b_grad = Σ_t,batch dgates
+        wci_grad = Σ di ⊙ cp;  wcf_grad = Σ df ⊙ cp;  wco_grad = Σ do ⊙ cs[t]   (h[-1] = h_prev)
 
     **The cell clip is passed straight through** (its derivative is taken as 1, as in
     TensorFlow's kernel): where the forward clipped ``cs``, this is not the true gradient.
