@@ -535,12 +535,12 @@ def test_canonical_to_params_skip_matrix_must_be_empty():
                  "CudnnRNNCanonicalToParams", dict(values, biases=biases), weights=bad)
 
 
-@pytest.mark.parametrize("S", [np.int16, np.float32, "x"])
+@pytest.mark.parametrize("S", [np.int16, np.float32, "x", None])
 def test_params_size_S(S, values):
     expect_error(TypeError, "S must be", "CudnnRNNParamsSize", values, S=S)
 
 
-@pytest.mark.parametrize("T_", [np.int32, np.complex64, "x"])
+@pytest.mark.parametrize("T_", [np.int32, np.complex64, "x", None])
 def test_params_size_T(T_, values):
     expect_error(TypeError, "T must be", "CudnnRNNParamsSize", values, T=T_)
 
