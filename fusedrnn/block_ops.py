@@ -323,7 +323,9 @@ def _attr_cell_clip(value) -> float:
 # Adapters to the engines.
 
 def _cast(dtype: np.dtype, *arrays: np.ndarray) -> list[np.ndarray]:
-    return [a.astype(dtype, copy=False) for a in arrays]
+    """C-contiguous arrays of the compute dtype (copies only where needed), so that results do
+    not depend on the memory layout of the inputs (BLAS rounds differently for other strides)."""
+    return [np.ascontiguousarray(a, dtype=dtype) for a in arrays]
 
 
 def _lstm_weights(w: np.ndarray, b: np.ndarray, peepholes, I: int, cd: np.dtype) -> LSTMWeights:

@@ -556,6 +556,28 @@ def test_inputs_are_not_modified_and_outputs_are_fresh(dtype):
                 assert not np.shares_memory(r1, r2), name
 
 
+def _relayout(a: np.ndarray, how: str) -> np.ndarray:
+    """The same values in another memory layout."""
+    if how == "fortran":
+        return np.asfortranarray(a)
+    if how == "negstride":
+        return np.flip(np.flip(a).copy())
+    wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype) if a.ndim else np.zeros(2, a.dtype)
+    view = wide[..., ::2] if a.ndim else wide[0]
+    view[...] = a
+    return view
+
+
+@pytest.mark.parametrize("how", ["fortran", "negstride", "noncontig"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_results_do_not_depend_on_the_memory_layout_of_the_inputs(how, dtype):
+    for name, fn, kwargs in all_op_calls(4, 3, 5, 6, dtype=dtype):
+        expected = fn(**kwargs)
+        moved = {k: _relayout(v, how) if isinstance(v, np.ndarray) and v.ndim else v for k, v in kwargs.items()}
+        for field, x1, x2 in zip(expected._fields, expected, fn(**moved)):
+            np.testing.assert_array_equal(x1, x2, err_msg=f"{name}.{field}")
+
+
 def test_raw_ops_use_tensorflow_names():
     expected = {
         "BlockLSTM": "seq_len_max x cs_prev h_prev w wci wcf wco b forget_bias cell_clip use_peephole name",
