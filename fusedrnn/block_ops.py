@@ -231,13 +231,15 @@ def _check_block_lstm_grad(seq_len_max: np.ndarray, a: dict) -> tuple[int, int, 
     for name in (*_PEEPHOLES, "b"):
         _require(a[name].ndim == 1, f"{name} must be rank 1 but is rank {a[name].ndim}", name, a[name])
     if n != b.shape[0] // 4:
-        raise ValueError(f"w and b cell_size don't match: {n} vs. {b.shape[0]} ({_shape_of('w', w)}, {_shape_of('b', b)})")
+        raise ValueError(f"w and b cell_size don't match: {n} vs. {b.shape[0]} "
+                         f"({_shape_of('w', w)}, {_shape_of('b', b)})")
     for name in (*_GATE_OUTPUTS, "h"):
         if a[name].ndim != 3:
             raise ValueError(f"{name} must be rank 3. Received: {a[name].ndim} ({_shape_of(name, a[name])})")
     # Checks TF 2.21 lacks (it accepts these inputs, computes garbage, or corrupts memory).
     if w.shape[1] % 4:
-        raise ValueError(f"w matrix columns must be a positive multiple of 4, but got {w.shape[1]} ({_shape_of('w', w)})")
+        raise ValueError(f"w matrix columns must be a positive multiple of 4, but got {w.shape[1]} "
+                         f"({_shape_of('w', w)})")
     if b.shape[0] != 4 * n:
         raise ValueError(f"w and b cell_size don't match: {n} vs. {b.shape[0]} "
                          f"(b must have 4 * cell_size = {4 * n} elements; {_shape_of('b', b)})")
