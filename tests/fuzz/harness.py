@@ -102,8 +102,8 @@ def _view(value, how: str):
         return [_view(v, how) for v in value]
     if how == "list":
         return np.asarray(value).tolist() if isinstance(value, (np.ndarray, np.generic)) else value
-    if not isinstance(value, np.ndarray):
-        return value
+    if not isinstance(value, np.ndarray) or (value.ndim == 0 and how in ("fortran", "noncontig", "negstride")):
+        return value  # asfortranarray would make a 0-d array 1-d
     return {"noncontig": _noncontig, "negstride": _negstride, "fortran": np.asfortranarray,
             "readonly": _readonly, "broadcast_copy": _unaligned}[how](value)
 
@@ -268,6 +268,8 @@ def apply_mutation(call: Call, example: Example):
             inputs[m.target] = np.zeros(np.shape(value), new)
         else:
             inputs[m.target] = np.asarray(value).astype(new)
+        if new.kind == "f" and tuple(spec.float_inputs) == (m.target,):
+            must_fail = False  # the only float input: any float dtype is a valid T
     elif m.kind == "shape":
         inputs[m.target] = _with_shape(rng, inputs[m.target], m.arg, m.target)
     elif m.kind == "replace":
@@ -347,9 +349,13 @@ def _names_re(names) -> re.Pattern:
     return re.compile(rf"(?<![A-Za-z0-9_])(?:{alternatives})(?![A-Za-z0-9_])")
 
 
-def acceptable_names(call: Call, example: Example) -> set:
+def acceptable_names(call: Call, example: Example, must_fail=None) -> set:
+    """Names an error message may give: the mutated argument, or either side of a mismatch
+    when the mutation produced a valid value that no longer fits the other inputs."""
     m = example.mutation
     spec = call.spec
+    if m.kind == "values" and not must_fail:
+        return set(spec.inputs) | set(spec.attrs)
     if m.kind in ("shape", "replace") or (m.kind == "view" and m.target == "*"):
         # a shape conflicts with another input or with an attribute (input_mode=skip_input
         # needs input_size == num_units): naming either side is actionable
@@ -364,13 +370,13 @@ def acceptable_names(call: Call, example: Example) -> set:
     return {m.target}
 
 
-def check_error(exc: BaseException, call: Call, example: Example) -> None:
+def check_error(exc: BaseException, call: Call, example: Example, must_fail=None) -> None:
     message = str(exc)
     if example.mutation.kind == "positional":
         if "positional" not in message:
             raise PropertyFailure(f"positional-argument TypeError does not say so: {message!r}")
         return
-    names = acceptable_names(call, example)
+    names = acceptable_names(call, example, must_fail)
     if not _names_re(names).search(message):
         raise PropertyFailure(f"{type(exc).__name__} message does not name the argument "
                               f"(expected one of {sorted(names)}): {message!r}")
@@ -505,7 +511,7 @@ def check_example(example: Example, time_limit_s: float = 5.0) -> Outcome:
         if same and not allow_error:
             raise PropertyFailure(f"a valid call raised {type(error).__name__}: {error}") from error
         try:
-            check_error(error, mcall, example)
+            check_error(error, mcall, example, must_fail)
         except PropertyFailure as failure:
             raise failure from error
         return Outcome("error", type(error).__name__)
