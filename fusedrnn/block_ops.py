@@ -55,6 +55,7 @@ import numpy as np
 
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, lstm_backward, lstm_forward
+from . import resources
 from .settings import public_op
 from .validate import as_array, bool_attr, compute_dtype, float_arrays, float_attr, shape_str
 
@@ -321,6 +322,20 @@ def _attr_cell_clip(value) -> float:
     return float(np.float32(float_attr(value, "cell_clip")))
 
 
+def _ensure_fits(op: str, dtype: np.dtype, T: int, L: int, B: int, I: int, n: int, grad: bool) -> None:
+    """MemoryError before allocating when the call cannot fit (upper estimate, exact integers).
+
+    ``T`` steps are returned, ``L`` of them computed; outputs are in ``dtype``, work arrays in
+    the compute dtype.
+    """
+    cd = compute_dtype(dtype)
+    outputs = [(T, B, I), (I + n, 4 * n)] if grad else [(T, B, n)] * 7
+    work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 2
+    nbytes = resources.nbytes_of(outputs, dtype.itemsize) + resources.nbytes_of(work, cd.itemsize)
+    resources.ensure_fits(nbytes, op, f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
+                          f"cell size {n}")
+
+
 # ----------------------------------------------------------------------------------------------
 # Adapters to the engines.
 
@@ -379,7 +394,8 @@ def _block_lstm(op: str, layout: str, seq_len_max, inputs: dict, forget_bias, ce
     clip = _attr_cell_clip(cell_clip)
     seq_len_max = _seq_len_max(seq_len_max)
     a, dtype = float_arrays(inputs, op=op)
-    L = _check_block_lstm(seq_len_max, a)[0]
+    L, T, B, I, n = _check_block_lstm(seq_len_max, a)
+    _ensure_fits(op, dtype, T, L, B, I, n, grad=False)
     options = LSTMOptions(layout=layout, forget_bias=_attr_forget_bias(forget_bias, dtype),
                           cell_clip=clip, use_peephole=use_peephole)
     return _lstm_sequence(L, a, dtype, options)
@@ -432,6 +448,7 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
     seq_len_max = _seq_len_max(seq_len_max)
     a, dtype = float_arrays(inputs, op=op)
     L, T, B, I, n = _check_block_lstm_grad(seq_len_max, a)
+    _ensure_fits(op, dtype, T, L, B, I, n, grad=True)
     x_grad = np.zeros((T, B, I), dtype)
     cs_prev_grad, h_prev_grad = np.zeros((B, n), dtype), np.zeros((B, n), dtype)
     w_grad, b_grad = np.zeros((I + n, 4 * n), dtype), np.zeros(4 * n, dtype)
@@ -522,7 +539,8 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
     clip = _attr_cell_clip(cell_clip)
     a, dtype = float_arrays(dict(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b),
                             op="LSTMBlockCell")
-    _check_lstm_block_cell(a, grad=False)
+    B, I, n = _check_lstm_block_cell(a, grad=False)
+    _ensure_fits("LSTMBlockCell", dtype, 0, 1, B, I, n, grad=False)
     options = LSTMOptions(layout="icfo", forget_bias=_attr_forget_bias(forget_bias, dtype), cell_clip=clip,
                           use_peephole=use_peephole)
     seq = _lstm_sequence(1, dict(a, x=a["x"][None]), dtype, options)
@@ -559,6 +577,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
                                  i=i, cs=cs, f=f, o=o, ci=ci, co=co, cs_grad=cs_grad, h_grad=h_grad),
                             op="LSTMBlockCellGrad")
     B, I, n = _check_lstm_block_cell(a, grad=True)
+    _ensure_fits("LSTMBlockCellGrad", dtype, 0, 1, B, I, n, grad=True)
     cs_prev_grad, dicfo = np.zeros((B, n), dtype), np.zeros((B, 4 * n), dtype)
     peephole_grads = [np.zeros(n, dtype) for _ in _PEEPHOLES]
     if B and n:
@@ -591,7 +610,8 @@ def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c) -> GRUBlockCellResult:
     Returns ``GRUBlockCellResult(r, u, c, h)``, each ``[B, n]``.
     """
     a, dtype = float_arrays(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c), op="GRUBlockCell")
-    _check_gru(a, grad=False)
+    B, I, n = _check_gru(a, grad=False)
+    _ensure_fits("GRUBlockCell", dtype, 0, 1, B, I, n, grad=False)
     cd = compute_dtype(dtype)
     out = gru_block_forward(*_cast(cd, a["x"], a["h_prev"], a["w_ru"], a["w_c"], a["b_ru"], a["b_c"]))
     return GRUBlockCellResult(*(v.astype(dtype, copy=False) for v in out))
@@ -619,7 +639,8 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h) -> GRUBlo
     """
     a, dtype = float_arrays(dict(x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c,
                                  d_h=d_h), op="GRUBlockCellGrad")
-    _check_gru(a, grad=True)
+    B, I, n = _check_gru(a, grad=True)
+    _ensure_fits("GRUBlockCellGrad", dtype, 0, 1, B, I, n, grad=True)
     cd = compute_dtype(dtype)
     out = gru_block_backward(*_cast(cd, a["x"], a["h_prev"], a["w_ru"], a["w_c"], a["r"], a["u"], a["c"],
                                     a["d_h"]))
