@@ -593,19 +593,21 @@ def cudnn_rnn_params_size(num_layers, num_units, input_size, *, T=np.float32, S=
     return np.array([config.params_size], dtype=s)
 
 
-def _to_canonical(attrs, num_layers, num_units, input_size, params, n_weights, n_biases) -> CanonicalParams:
+def _to_canonical(attrs, num_layers, num_units, input_size, params, n_weights, n_biases,
+                  count_names=("num_params", "num_params")) -> CanonicalParams:
     config = _param_config(attrs, num_layers, num_units, input_size)
     arrays, _ = float_arrays({"params": params})
     params = arrays["params"]
     if params.ndim != 1:
         raise ValueError(f"params must be a 1-D vector, got shape {shape_str(params.shape)}")
-    regions = config.regions
-    if n_weights != len(regions.weights):
-        raise ValueError(f"C Number of params mismatch. Expected {n_weights}, got {len(regions.weights)} "
-                         f"(weights for {config.describe()})")
-    if n_biases != len(regions.biases):
-        raise ValueError(f"A Number of params mismatch. Expected {n_biases}, got {len(regions.biases)} "
-                         f"(biases for {config.describe()})")
+    if n_weights != config.num_weights:
+        raise ValueError(f"C Number of params mismatch. Expected {n_weights}, got {config.num_weights} "
+                         f"({count_names[0]}={n_weights}, but {config.describe()} has {config.num_weights} "
+                         "weights)")
+    if n_biases != config.num_biases:
+        raise ValueError(f"A Number of params mismatch. Expected {n_biases}, got {config.num_biases} "
+                         f"({count_names[1]}={n_biases}, but {config.describe()} has {config.num_biases} "
+                         "biases)")
     if params.shape[0] != config.params_size:
         raise ValueError(f"params size mismatch: expected {config.params_size}, got {params.shape[0]} "
                          f"for {config.describe()}")
@@ -633,7 +635,8 @@ def cudnn_rnn_params_to_canonical_v2(num_layers, num_units, input_size, params, 
     attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj)
     n_w = int_scalar(num_params_weights, "num_params_weights", minimum=1)
     n_b = int_scalar(num_params_biases, "num_params_biases", minimum=1)
-    return _to_canonical(attrs, num_layers, num_units, input_size, params, n_w, n_b)
+    return _to_canonical(attrs, num_layers, num_units, input_size, params, n_w, n_b,
+                         ("num_params_weights", "num_params_biases"))
 
 
 def _from_canonical(attrs, num_layers, num_units, input_size, weights, biases) -> np.ndarray:
@@ -644,12 +647,12 @@ def _from_canonical(attrs, num_layers, num_units, input_size, weights, biases) -
     named = {f"weights[{k}]": w for k, w in enumerate(weights)}
     named.update({f"biases[{k}]": b for k, b in enumerate(biases)})
     arrays, dtype = float_arrays(named)
-    regions = config.regions
-    for name, given, expected in (("weights", len(weights), len(regions.weights)),
-                                  ("biases", len(biases), len(regions.biases))):
+    for name, given, expected in (("weights", len(weights), config.num_weights),
+                                  ("biases", len(biases), config.num_biases)):
         if given != expected:
             raise ValueError(f"Number of params mismatch. Expected {expected} {name}, got {given} "
                              f"for {config.describe()}")
+    regions = config.regions
     for kind, region_list in (("weights", regions.weights), ("biases", regions.biases)):
         for k, region in enumerate(region_list):
             array = arrays[f"{kind}[{k}]"]

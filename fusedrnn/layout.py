@@ -28,6 +28,7 @@ layer 0 ``W_i`` at 0, ``W_f`` at 15, ``R_i`` at 60; pseudo-layer 2 ``W_i`` at
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -94,8 +95,23 @@ class RNNConfig:
         return _compute_regions(self)
 
     @property
+    def num_weights(self) -> int:
+        """Length of the canonical weights list (closed form: no regions are built)."""
+        return self.num_pseudo_layers * self.weights_per_pseudo_layer
+
+    @property
+    def num_biases(self) -> int:
+        return self.num_pseudo_layers * self.biases_per_pseudo_layer
+
+    @property
     def params_size(self) -> int:
-        return self.regions.total
+        """Elements of ``params`` (spec §6.4), in closed form with Python integers, so that
+        huge sizes neither overflow int64 nor take time proportional to num_layers."""
+        G, H, Hout, P, D = self.num_gates, self.num_units, self.hidden_out, self.num_proj, self.num_dirs
+        per_layer = G * H * Hout + P * H + 2 * G * H  # recurrent, projection, biases
+        first_in = 0 if self.skip_input else self.input_size
+        return D * (self.num_layers * per_layer + G * H * first_in
+                    + (self.num_layers - 1) * G * H * D * Hout)
 
 
 class Region(NamedTuple):
@@ -104,7 +120,7 @@ class Region(NamedTuple):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 class ParamRegions(NamedTuple):

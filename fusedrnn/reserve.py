@@ -24,6 +24,8 @@ after dropout, time order) and, when dropout was applied, ``dropout_mask_l``
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .layout import RNN_MODES, RNNConfig
@@ -64,8 +66,11 @@ def _header(config: RNNConfig, T: int, B: int, dropout_applied: bool, compute: n
 
 
 def reserve_nbytes(config: RNNConfig, T: int, B: int, dropout_applied: bool, compute: np.dtype) -> int:
-    elements = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in
-                   reserve_items(config, T, B, dropout_applied))
+    """Exact size in bytes, in closed form with Python integers (no per-layer loop, no overflow)."""
+    per_pseudo_layer = sum(math.prod(shape) for _, shape in
+                           trace_items(config.rnn_mode, T, B, config.num_units, config.hidden_out))
+    per_layer_input = T * B * config.num_dirs * config.hidden_out * (2 if dropout_applied else 1)
+    elements = config.num_pseudo_layers * per_pseudo_layer + (config.num_layers - 1) * per_layer_input
     return HEADER_BYTES + 8 * B + elements * compute.itemsize
 
 
@@ -90,7 +95,7 @@ def _views(raw: np.ndarray, items: list, B: int, compute: np.dtype) -> dict:
     offset = HEADER_BYTES + 8 * B
     views = {}
     for name, shape in items:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * compute.itemsize
+        nbytes = math.prod(shape) * compute.itemsize
         views[name] = raw[offset:offset + nbytes].view(compute).reshape(shape)
         offset += nbytes
     return views
