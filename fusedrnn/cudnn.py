@@ -131,7 +131,9 @@ def _state_shape(time_major: bool, LD: int, B: int, width: int) -> tuple:
     return (LD, B, width) if time_major else (B, LD, width)
 
 
-def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool) -> _Problem:
+def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool, fits=None) -> _Problem:
+    """Derive and check every dimension.  ``fits(problem)`` (the memory estimate) runs before
+    anything proportional to the batch is allocated (the lengths vector)."""
     if x.ndim != 3:
         raise ValueError(f"RNN input must be a 3-D vector. input has shape {shape_str(x.shape)}")
     if h.ndim != 3:
@@ -180,11 +182,13 @@ def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool)
     if params.shape[0] != config.params_size:
         raise ValueError(f"params size mismatch: expected {config.params_size}, got {params.shape[0]} "
                          f"for {config.describe()}")
-    lengths = _lengths(sequence_lengths, T, B)
     out_width = D * config.hidden_out
     output_shape = (T, B, out_width) if time_major else (B, T, out_width)
-    return _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, lengths,
-                    bool(np.all(lengths == T)))
+    problem = _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, None, True)
+    if fits is not None:
+        fits(problem)
+    lengths = _lengths(sequence_lengths, T, B)
+    return problem._replace(lengths=lengths, full_length=bool(np.all(lengths == T)))
 
 
 def _lengths(sequence_lengths, T: int, B: int):
@@ -305,10 +309,10 @@ def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
 def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, time_major: bool):
     arrays, dtype = float_arrays(inputs)
     x, h, c, params = arrays["input"], arrays["input_h"], arrays["input_c"], arrays["params"]
-    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major)
-    config, T, B = problem.config, problem.T, problem.B
     cd = compute_dtype(dtype)
-    _ensure_fits(problem, cd, dtype, is_training, False, "CudnnRNN forward")
+    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major,
+                       lambda p: _ensure_fits(p, cd, dtype, is_training, False, "CudnnRNN forward"))
+    config, T, B = problem.config, problem.T, problem.B
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
     is_lstm = config.rnn_mode == "lstm"
@@ -367,7 +371,9 @@ def _check_shape(array: np.ndarray, expected: tuple, name: str) -> None:
 def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     arrays, dtype = float_arrays(inputs)
     x, h, c, params = arrays["input"], arrays["input_h"], arrays["input_c"], arrays["params"]
-    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major)
+    cd = compute_dtype(dtype)
+    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major,
+                       lambda p: _ensure_fits(p, cd, dtype, True, True, "CudnnRNN backprop"))
     config, T, B = problem.config, problem.T, problem.B
     is_lstm = config.rnn_mode == "lstm"
     _check_shape(arrays["output"], problem.output_shape, "output")
@@ -378,8 +384,6 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     _check_shape(arrays["output_h_backprop"], problem.state_shape, "output_h_backprop")
     if is_lstm:
         _check_shape(arrays["output_c_backprop"], problem.cell_shape, "output_c_backprop")
-    cd = compute_dtype(dtype)
-    _ensure_fits(problem, cd, dtype, True, True, "CudnnRNN backprop")
     views, dropout_applied = reserve.read_reserve(arrays["reserve_space"], config, T, B,
                                                   problem.lengths, cd)
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
@@ -596,7 +600,7 @@ def cudnn_rnn_params_size(num_layers, num_units, input_size, *, T=np.float32, S=
 def _to_canonical(attrs, num_layers, num_units, input_size, params, n_weights, n_biases,
                   count_names=("num_params", "num_params")) -> CanonicalParams:
     config = _param_config(attrs, num_layers, num_units, input_size)
-    arrays, _ = float_arrays({"params": params})
+    arrays, dtype = float_arrays({"params": params})
     params = arrays["params"]
     if params.ndim != 1:
         raise ValueError(f"params must be a 1-D vector, got shape {shape_str(params.shape)}")
@@ -611,6 +615,9 @@ def _to_canonical(attrs, num_layers, num_units, input_size, params, n_weights, n
     if params.shape[0] != config.params_size:
         raise ValueError(f"params size mismatch: expected {config.params_size}, got {params.shape[0]} "
                          f"for {config.describe()}")
+    resources.ensure_fits(resources.nbytes_of([params.shape], dtype.itemsize) + 128 * (n_weights + n_biases),
+                          "CudnnRNNParamsToCanonical", f"params shape {shape_str(params.shape)} with "
+                          f"{config.describe()}")
     return CanonicalParams(*layout.params_to_canonical(params, config))
 
 
@@ -662,6 +669,9 @@ def _from_canonical(attrs, num_layers, num_units, input_size, weights, biases) -
                                  f"{kind}[{k}] of shape {shape_str(region.shape)}{note}")
     if dtype is None:
         dtype = np.dtype(np.float32)
+    resources.ensure_fits(resources.nbytes_of([(config.params_size,)], dtype.itemsize),
+                          "CudnnRNNCanonicalToParams", f"params shape [{config.params_size}] with "
+                          f"{config.describe()}")
     return layout.canonical_to_params([arrays[f"weights[{k}]"] for k in range(len(weights))],
                                       [arrays[f"biases[{k}]"] for k in range(len(biases))], config, dtype)
 

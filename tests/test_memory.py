@@ -169,6 +169,8 @@ CASES = {
     "cudnn_rnn_2_34": _fwd_2_34,
     "cudnn_rnn_v2_2_34": lambda: _fwd_2_34("cudnn_rnn_v2"),
     "cudnn_rnn_v3_2_34": lambda: _fwd_2_34("cudnn_rnn_v3"),
+    "cudnn_rnn_v3_batch_2_40": _fwd_batch_major_2_40,
+    "cudnn_rnn_2_63_bytes": _fwd_2_63_bytes,
     "cudnn_rnn_2_40_layers": _fwd_deep,
     "cudnn_rnn_backprop_2_34": _bwd_2_34,
     "cudnn_rnn_backprop_v2_2_34": lambda: _bwd_2_34("cudnn_rnn_backprop_v2"),
@@ -177,6 +179,8 @@ CASES = {
     "params_size_10_30": _params_size_10_30,
     "params_size_10_12_layers": _params_size_many_layers,
     "params_to_canonical_2_40_layers": _to_canonical_many_layers,
+    "params_to_canonical_huge": _to_canonical_huge_params,
+    "canonical_to_params_huge": _canonical_to_params_huge,
     "block_lstm_2_34": _block_lstm,
     "block_lstm_v2_2_34": lambda: _block_lstm("block_lstm_v2"),
     "block_lstm_grad_2_34": _block_lstm_grad,
@@ -255,6 +259,18 @@ def test_forward_2_34_elements(outcomes, name):
     assert_estimate_error(outcomes[name], (2**16, 2**16, 4))
 
 
+def test_forward_batch_major_lengths_not_allocated_first(outcomes):
+    """The estimate runs before the [B] lengths vector is built (8 TiB here)."""
+    assert_estimate_error(outcomes["cudnn_rnn_v3_batch_2_40"], (2**40, 2, 1))
+
+
+def test_forward_estimate_beyond_2_63_bytes(outcomes):
+    outcome = outcomes["cudnn_rnn_2_63_bytes"]
+    assert_estimate_error(outcome, (2**30, 2**30, 1))
+    nbytes = int(re.search(r"needs about ([\d,]+) bytes", outcome["message"]).group(1).replace(",", ""))
+    assert nbytes > 2**63, "an exact Python integer, not a wrapped int64"
+
+
 def test_forward_2_40_layers(outcomes):
     """num_layers = 2**40: no per-layer loop before the estimate (it used to hang building the
     parameter regions)."""
@@ -296,6 +312,18 @@ def test_params_to_canonical_many_layers_is_fast(outcomes):
     outcome = outcomes["params_to_canonical_2_40_layers"]
     assert outcome["type"] == "ValueError" and "params size mismatch" in outcome["message"], outcome
     assert outcome["seconds"] < 1
+
+
+def test_params_to_canonical_huge(outcomes):
+    outcome = outcomes["params_to_canonical_huge"]
+    assert_estimate_error(outcome)
+    assert "params shape [" in outcome["message"]
+
+
+def test_canonical_to_params_huge(outcomes):
+    outcome = outcomes["canonical_to_params_huge"]
+    assert_estimate_error(outcome)
+    assert f"params shape [{2 * 2**40 + 2 * 2**20}]" in outcome["message"]
 
 
 BLOCK_ESTIMATE_PENDING = pytest.mark.xfail(strict=True, reason="block ops memory estimate pending")
