@@ -100,8 +100,10 @@ def _unaligned(a: np.ndarray) -> np.ndarray:
 def _view(value, how: str):
     if isinstance(value, (list, tuple)):
         return [_view(v, how) for v in value]
-    if how == "list":
-        return np.asarray(value).tolist() if isinstance(value, (np.ndarray, np.generic)) else value
+    if how == "list":  # not for empty arrays: [[]] would lose the trailing dims
+        if isinstance(value, (np.ndarray, np.generic)) and (np.ndim(value) == 0 or np.size(value)):
+            return np.asarray(value).tolist()
+        return value
     if not isinstance(value, np.ndarray) or (value.ndim == 0 and how in ("fortran", "noncontig", "negstride")):
         return value  # asfortranarray would make a 0-d array 1-d
     return {"noncontig": _noncontig, "negstride": _negstride, "fortran": np.asfortranarray,
@@ -225,6 +227,8 @@ def _int_value(call: Call, target: str, value):
 
 
 def _values_must_fail(call: Call, target: str, value) -> bool | None:
+    if isinstance(value, (bool, np.bool_)) and target == "sequence_lengths":
+        return None  # [True, 3] is an int64 array to NumPy
     if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, (str, list, float, np.floating)):
         return True
     if isinstance(value, np.ndarray) and value.ndim:
@@ -364,7 +368,7 @@ def acceptable_names(call: Call, example: Example, must_fail=None) -> set:
         # another *valid* attribute value (gru -> lstm): the inputs no longer fit it
         return set(spec.inputs) | set(spec.attrs)
     if m.kind == "reserve":
-        return {"reserve_space"}
+        return {"reserve_space", "sequence_lengths"} if m.arg == "lengths" else {"reserve_space"}
     if m.kind == "none":
         return set(spec.inputs) | set(spec.attrs)
     return {m.target}
