@@ -97,6 +97,14 @@ def _unaligned(a: np.ndarray) -> np.ndarray:
     return out
 
 
+class _Subclass(np.ndarray):
+    """A trivial ndarray subclass: ops must return plain ndarrays and the same bits."""
+
+
+def _as_matrix(a: np.ndarray) -> np.ndarray:
+    return np.asmatrix(a) if a.ndim == 2 else a
+
+
 def _view(value, how: str):
     if isinstance(value, (list, tuple)):
         return [_view(v, how) for v in value]
@@ -107,7 +115,9 @@ def _view(value, how: str):
     if not isinstance(value, np.ndarray) or (value.ndim == 0 and how in ("fortran", "noncontig", "negstride")):
         return value  # asfortranarray would make a 0-d array 1-d
     return {"noncontig": _noncontig, "negstride": _negstride, "fortran": np.asfortranarray,
-            "readonly": _readonly, "broadcast_copy": _unaligned}[how](value)
+            "readonly": _readonly, "broadcast_copy": _unaligned, "matrix": _as_matrix,
+            "masked": lambda a: np.ma.masked_array(a, mask=np.zeros(a.shape, bool)),
+            "subclass": lambda a: a.view(_Subclass)}[how](value)
 
 
 def _random_like(rng, shape, dtype, name):
@@ -255,7 +265,12 @@ def apply_mutation(call: Call, example: Example):
         for name in targets:
             inputs[name] = _view(inputs[name], m.arg)
         if m.arg == "list":
-            floats_touched = [t for t in targets if t in spec.float_inputs]
+            def converted(t):  # empty arrays are left alone by _view
+                v = inputs[t]
+                if t in ("weights", "biases"):
+                    return any(not isinstance(a, np.ndarray) for a in v)
+                return not isinstance(v, np.ndarray)
+            floats_touched = [t for t in targets if t in spec.float_inputs and converted(t)]
             if not floats_touched or call.dtype == np.float64:
                 same, allow_error, must_fail = True, False, False
             elif m.target == "*" or (spec.family == "from_canonical" and set(floats_touched) >= {"weights", "biases"}):
@@ -389,8 +404,8 @@ def check_error(exc: BaseException, call: Call, example: Example, must_fail=None
 def check_structure(result, call: Call, expect: bool) -> dict:
     arrays = cases.result_arrays(result)
     for name, value in arrays.items():
-        if not isinstance(value, np.ndarray):
-            raise PropertyFailure(f"output {name} is a {type(value).__name__}, not an ndarray")
+        if type(value) is not np.ndarray:
+            raise PropertyFailure(f"output {name} is a {type(value).__name__}, not a plain ndarray")
         if not value.flags.writeable:
             raise PropertyFailure(f"output {name} is read-only")
     if expect and call.expect is not None:
@@ -429,6 +444,37 @@ def check_finite(arrays: dict) -> None:
             continue
         if not np.all(np.isfinite(a)):
             raise PropertyFailure(f"output {name} is not finite for finite inputs")
+
+
+def check_semantics(call: Call, arrays: dict) -> None:
+    """Cheap exact rules of the specs that hold for every valid call of the unmutated config."""
+    spec, cfg = call.spec, call.cfg
+    family = spec.family
+
+    def zero(name, part):
+        if part.size and not (part == 0).all():
+            raise PropertyFailure(f"output {name} is not exactly 0 where the spec says it is")
+
+    if family == "block_fwd":  # block_ops.md §3.2 and §13.1: everything past seq_len_max is 0
+        for name, a in arrays.items():
+            zero(name, a[cfg["slm"]:])
+    if family == "block_bwd":  # §4.3: x_grad past seq_len_max is 0; seq_len_max = 0 gives all zeros
+        zero("x_grad", arrays["x_grad"][cfg["slm"]:])
+        if cfg["slm"] == 0:
+            for name, a in arrays.items():
+                zero(name, a)
+    if family in ("block_bwd", "cell_bwd") and not cfg["use_peephole"]:
+        for name in ("wci_grad", "wcf_grad", "wco_grad"):
+            zero(name, arrays[name])
+    if family.startswith("cudnn") and spec.version == 3 and cfg["lengths"] is not None and cfg["B"]:
+        T, tm = cfg["T"], cfg["time_major"]
+        padded = np.arange(T)[:, None] >= np.asarray(cfg["lengths"])[None, :]  # [T, B]
+        if not tm:
+            padded = padded.T
+        name = "output" if family == "cudnn_fwd" else "input_backprop"
+        zero(name, arrays[name][padded])
+    if family == "cudnn_fwd" and cfg["mode"] != "lstm":
+        zero("output_c", arrays["output_c"])
 
 
 def compare_float64(arrays: dict, ref_arrays: dict, dtype) -> None:
@@ -525,6 +571,7 @@ def check_example(example: Example, time_limit_s: float = 5.0) -> Outcome:
     arrays = check_structure(result, mcall, expect=layout_only)
     if layout_only:
         check_finite(arrays)
+        check_semantics(mcall, arrays)
     if same and example.mutation.kind != "none":
         base, _ = _run_checked(call, "snake", time_limit_s)
         same_bits(arrays, cases.result_arrays(base))

@@ -116,7 +116,9 @@ def dtypes_for(op: str):
 
 _BAD_FLOAT_DTYPES = ["int32", "int64", "uint8", "bool", "complex64", "complex128", "object", "<U3",
                      "datetime64[s]"]
-_VIEWS = ["noncontig", "negstride", "fortran", "readonly", "broadcast_copy"]
+# value-preserving layouts ("broadcast_copy": an unaligned copy; "matrix": np.matrix for 2-D)
+_VIEWS = ["noncontig", "negstride", "fortran", "readonly", "broadcast_copy", "matrix", "masked",
+          "subclass"]
 
 _ATTR_VALUES = {
     # (value, must_fail) pairs; must_fail=None: may succeed (the result is then checked)
@@ -157,7 +159,9 @@ def mutation_for(draw, op: str, cfg: dict):
     lists = [name for name in ("weights", "biases") if name in spec.float_inputs]
     ints = list(spec.int_inputs)
     attrs = list(spec.attrs)
-    kinds = ["none"] * 3 + ["view"] * 2 + ["dtype", "shape", "shape", "replace"] + ["attr"] * 3
+    kinds = ["none"] * 3 + ["view"] * 2 + ["dtype", "shape", "shape", "replace"]
+    if attrs:
+        kinds += ["attr"] * 3
     if ints:
         kinds += ["values", "values"]
     if lists:
