@@ -22,8 +22,11 @@ def shape_str(shape) -> str:
 
 
 def as_array(value, name: str) -> np.ndarray:
-    """``np.asarray`` that turns conversion failures (ragged lists, ...) into TypeError."""
-    if isinstance(value, np.ndarray):
+    """``np.asarray`` that turns conversion failures (ragged lists, ...) into TypeError.
+
+    ndarray subclasses (np.matrix, masked arrays, ...) are viewed as plain ndarrays (a mask is
+    ignored), so that no subclass behaviour reaches the computation or the outputs."""
+    if type(value) is np.ndarray:
         return value
     try:
         array = np.asarray(value)

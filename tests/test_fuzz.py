@@ -103,6 +103,12 @@ REGRESSIONS = {
     "'lengths': None, 'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, 'seed': 0, 'seed2': 0, "
     "'c_shape': 'state', 'S': 'int32', 'int_form': 'int'}, seed=0, mutation=Mutation('attr', 'T', None, "
     "must_fail=True, same_result=False), surface='snake')",
+    # a masked-array params came back as MaskedArray weights/biases (subclass passed through)
+    "params_to_canonical_masked": "Example(op='cudnn_rnn_params_to_canonical', dtype='float16', cfg={'mode': "
+    "'lstm', 'L': 1, 'D': 1, 'I': 1, 'H': 1, 'P': 0, 'T': 1, 'B': 0, 'input_mode': 'skip_input', "
+    "'time_major': True, 'lengths': None, 'len_dtype': 'int32', 'is_training': False, 'dropout': 0.0, "
+    "'seed': 0, 'seed2': 0, 'c_shape': 'state', 'S': 'int32', 'int_form': 'int'}, seed=0, "
+    "mutation=Mutation('view', 'params', 'masked', must_fail=False, same_result=True), surface='snake')",
 }
 
 
@@ -131,3 +137,18 @@ def test_skip_input_read_only_empty_batch():
 def test_params_size_dtype_none_is_a_type_error(attr):
     with pytest.raises(TypeError, match=rf"^{attr} must be a dtype.*got None"):
         fusedrnn.cudnn_rnn_params_size(1, 4, 3, **{attr: None})
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("wrap", [lambda a: np.ma.masked_array(a, mask=np.zeros(a.shape, bool)),
+                                  lambda a: a.view(_Sub)])
+def test_params_to_canonical_returns_plain_ndarrays(wrap):
+    n = cases.cudnn_params_size("gru", 1, 1, 3, 2)
+    params = np.arange(n, dtype=np.float32)
+    out = fusedrnn.cudnn_rnn_params_to_canonical(1, 2, 3, wrap(params), num_params=6, rnn_mode="gru")
+    for a in out.weights + out.biases:
+        assert type(a) is np.ndarray
+    np.testing.assert_array_equal(np.concatenate([a.ravel() for a in out.weights + out.biases]), params)
