@@ -3,7 +3,7 @@
 ``test_fuzz[op]`` runs ``python -m tests.fuzz.run --op <op>`` in a child process with a timeout:
 a segfault, an abort or a hang fails that one test (reporting the example that was running)
 instead of killing pytest; an ordinary property failure reports hypothesis' shrunk example.
-The budget is ``FUSEDRNN_FUZZ_EXAMPLES`` examples per op (default 60, seed 0: deterministic in
+The budget is ``FUSEDRNN_FUZZ_EXAMPLES`` examples per op (default 200, seed 0: deterministic in
 CI).  Long run (random seed, printed; docs/hardening.md)::
 
     FUSEDRNN_FUZZ_EXAMPLES=5000 python -m pytest tests/test_fuzz.py -k "test_fuzz["
@@ -26,7 +26,7 @@ from tests.fuzz import cases  # noqa: E402
 from tests.fuzz.harness import check_example, run_child  # noqa: E402
 from tests.fuzz.run import parse_example  # noqa: E402
 
-EXAMPLES = int(os.environ.get("FUSEDRNN_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("FUSEDRNN_FUZZ_EXAMPLES", "200"))
 #: per-op child timeout: generous for CI, scaled for long runs (about 20 ms per example here)
 TIMEOUT = max(120.0, 0.5 * EXAMPLES)
 

@@ -117,7 +117,8 @@ def _view(value, how: str):
     return {"noncontig": _noncontig, "negstride": _negstride, "fortran": np.asfortranarray,
             "readonly": _readonly, "broadcast_copy": _unaligned, "matrix": _as_matrix,
             "masked": lambda a: np.ma.masked_array(a, mask=np.zeros(a.shape, bool)),
-            "subclass": lambda a: a.view(_Subclass)}[how](value)
+            "subclass": lambda a: a.view(_Subclass),
+            "byteswap": lambda a: a.astype(a.dtype.newbyteorder())}[how](value)
 
 
 def _random_like(rng, shape, dtype, name):
@@ -264,6 +265,8 @@ def apply_mutation(call: Call, example: Example):
         targets = list(inputs) if m.target == "*" else [m.target]
         for name in targets:
             inputs[name] = _view(inputs[name], m.arg)
+        if m.arg == "byteswap":  # non-native byte order: the same values or a TypeError
+            allow_error, must_fail = True, False
         if m.arg == "list":
             def converted(t):  # empty arrays are left alone by _view
                 v = inputs[t]

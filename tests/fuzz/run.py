@@ -44,7 +44,7 @@ def _parse(argv):
 
 
 def default_examples() -> int:
-    return int(os.environ.get("FUSEDRNN_FUZZ_EXAMPLES", "60"))
+    return int(os.environ.get("FUSEDRNN_FUZZ_EXAMPLES", "200"))
 
 
 def default_seed() -> int:

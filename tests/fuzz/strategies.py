@@ -175,10 +175,10 @@ def mutation_for(draw, op: str, cfg: dict):
     if kind == "view":
         targets = arrays + ints + lists + ["*"]
         target = draw(st.sampled_from(targets))
-        how = draw(st.sampled_from(_VIEWS + ["list"]))
+        how = draw(st.sampled_from(_VIEWS + ["list", "byteswap"]))
         # "list": Python lists/scalars; floats become float64, so the harness decides what
         # to expect from the call's dtype (same bits for float64 or integer inputs).
-        return Mutation("view", target, how, same_result=how != "list")
+        return Mutation("view", target, how, same_result=how not in ("list", "byteswap"))
     if kind == "dtype":
         target = draw(st.sampled_from(arrays + ints)) if (arrays or ints) else draw(st.sampled_from(lists))
         if target in ints:
