@@ -316,7 +316,7 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
     is_lstm = config.rnn_mode == "lstm"
-    flat = params.astype(cd, copy=False)
+    flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
     h0 = h.astype(cd, copy=False).reshape(LD, B, Hout)
     c0 = c.astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
     layer_in = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)
@@ -388,7 +388,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
                                                   problem.lengths, cd)
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
-    flat = params.astype(cd, copy=False)
+    flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
     d_out = np.array(_to_time_major(arrays["output_backprop"], time_major), dtype=cd)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
