@@ -114,6 +114,26 @@ def test_nan_input_reaches_its_row_only(mode, D):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("D", [1, 2])
+def test_nan_input_reaches_the_layers_above(mode, D):
+    T, B, t0, b0 = 5, 3, 2, 0
+    call = _cudnn("cudnn_rnn", mode, L=2, D=D, T=T, B=B)
+    clean = _run(call)
+    x = call.inputs["input"].copy()
+    x[t0, b0, 1] = np.nan
+    dirty = _run(call.replace(inputs=dict(call.inputs, input=x)))
+    top = dirty.output[:, b0]
+    if D == 2:  # layer 1 reads [fw ; bw] of layer 0: NaN at every step
+        assert np.isnan(top).all()
+    else:
+        assert np.isnan(top[t0:]).all()
+        np.testing.assert_array_equal(top[:t0], clean.output[:t0, b0])
+    np.testing.assert_array_equal(dirty.output[:, 1:], clean.output[:, 1:])
+    if mode == "lstm":
+        np.testing.assert_array_equal(dirty.output_c[:, 1:], clean.output_c[:, 1:])
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_nan_bias_reaches_every_output(mode):
     T = 4
     call = _cudnn("cudnn_rnn", mode, L=1, D=1, T=T)
@@ -206,6 +226,17 @@ def test_block_lstm_grad_nan_gradient(op):
     np.testing.assert_array_equal(dirty.x_grad[:, [0, 2]], clean.x_grad[:, [0, 2]])
     assert np.isnan(dirty.w_grad).all() and np.isnan(dirty.b_grad).all()
     assert np.isnan(dirty.h_prev_grad[b0]).all() and np.isfinite(dirty.h_prev_grad[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("value, expected", [(np.inf, 3.0), (-np.inf, -3.0), (np.nan, np.nan)])
+def test_cell_clip_of_non_finite_cell_state(value, expected):
+    """clip(+-Inf) is the clip value; NaN passes through the clip (block_ops.md §2)."""
+    call = _block("lstm_block_cell", use_peephole=False, cell_clip=3.0)
+    cs_prev = call.inputs["cs_prev"].copy()
+    cs_prev[0, 0] = value
+    out = _run(call.replace(inputs=dict(call.inputs, cs_prev=cs_prev)))
+    np.testing.assert_array_equal(out.cs[0, 0], expected)
+    np.testing.assert_array_equal(out.cs[1:], _run(call).cs[1:])
 
 
 def test_lstm_block_cell_nan_forget_bias():
