@@ -115,7 +115,7 @@ def _view(value, how: str):
     if not isinstance(value, np.ndarray) or (value.ndim == 0 and how in ("fortran", "noncontig", "negstride")):
         return value  # asfortranarray would make a 0-d array 1-d
     return {"noncontig": _noncontig, "negstride": _negstride, "fortran": np.asfortranarray,
-            "readonly": _readonly, "broadcast_copy": _unaligned, "matrix": _as_matrix,
+            "readonly": _readonly, "unaligned": _unaligned, "matrix": _as_matrix,
             "masked": lambda a: np.ma.masked_array(a, mask=np.zeros(a.shape, bool)),
             "subclass": lambda a: a.view(_Subclass),
             "byteswap": lambda a: a.astype(a.dtype.newbyteorder())}[how](value)

@@ -12,7 +12,7 @@ Other modes::
     --replay "Example(...)"   run one example (e.g. a MINIMAL EXAMPLE line) and show the outcome
     --selftest KIND           abort | segfault | hang | fail | pass: prove the isolation works
 
-Environment: ``FUSEDRNN_FUZZ_EXAMPLES`` (examples per op, default 60), ``FUSEDRNN_FUZZ_SEED``
+Environment: ``FUSEDRNN_FUZZ_EXAMPLES`` (examples per op, default 200), ``FUSEDRNN_FUZZ_SEED``
 (hypothesis seed; default 0 in the bounded CI run, random when FUSEDRNN_FUZZ_EXAMPLES is set).
 """
 

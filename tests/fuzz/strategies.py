@@ -116,8 +116,8 @@ def dtypes_for(op: str):
 
 _BAD_FLOAT_DTYPES = ["int32", "int64", "uint8", "bool", "complex64", "complex128", "object", "<U3",
                      "datetime64[s]"]
-# value-preserving layouts ("broadcast_copy": an unaligned copy; "matrix": np.matrix for 2-D)
-_VIEWS = ["noncontig", "negstride", "fortran", "readonly", "broadcast_copy", "matrix", "masked",
+# value-preserving layouts ("matrix": np.matrix for 2-D)
+_VIEWS = ["noncontig", "negstride", "fortran", "readonly", "unaligned", "matrix", "masked",
           "subclass"]
 
 _ATTR_VALUES = {
