@@ -25,13 +25,17 @@ def as_array(value, name: str) -> np.ndarray:
     """``np.asarray`` that turns conversion failures (ragged lists, ...) into TypeError.
 
     ndarray subclasses (np.matrix, masked arrays, ...) are viewed as plain ndarrays (a mask is
-    ignored), so that no subclass behaviour reaches the computation or the outputs."""
+    ignored), so that no subclass behaviour reaches the computation or the outputs.  Unaligned
+    arrays are copied: NumPy cannot hand them to BLAS, and its fallback loop rounds differently."""
     if type(value) is np.ndarray:
-        return value
-    try:
-        array = np.asarray(value)
-    except (ValueError, TypeError) as exc:
-        raise TypeError(f"{name} must be an array-like of numbers, got {type(value).__name__}: {exc}") from None
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError) as exc:
+            raise TypeError(f"{name} must be an array-like of numbers, got {type(value).__name__}: {exc}") from None
+    if not array.flags.aligned:
+        array = array.copy()
     return array
 
 
