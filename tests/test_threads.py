@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import fusedrnn  # noqa: E402
 from fusedrnn import settings  # noqa: E402
 from tests.fuzz import cases  # noqa: E402
 
