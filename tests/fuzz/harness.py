@@ -276,7 +276,7 @@ def apply_mutation(call: Call, example: Example):
             floats_touched = [t for t in targets if t in spec.float_inputs and converted(t)]
             if not floats_touched or call.dtype == np.float64:
                 same, allow_error, must_fail = True, False, False
-            elif m.target == "*" or (spec.family == "from_canonical" and set(floats_touched) >= {"weights", "biases"}):
+            elif m.target == "*" or set(floats_touched) >= set(spec.float_inputs):
                 same, allow_error, must_fail = False, True, False  # everything became float64
             else:
                 same, allow_error, must_fail = False, True, True  # mixed dtypes
