@@ -61,8 +61,17 @@ def available_memory() -> int | None:
     return min(candidates)
 
 
+SMALL_CALL_BYTES = 64 * 2**20
+
+
 def ensure_fits(nbytes: int, op: str, detail: str) -> None:
-    """Raise MemoryError if ``nbytes`` (an estimate) exceeds the available memory."""
+    """Raise MemoryError if ``nbytes`` (an estimate) exceeds the available memory.
+
+    Calls estimated below ``SMALL_CALL_BYTES`` skip the (file-reading) lookup of the available
+    memory, unless ``FUSEDRNN_MEMORY_LIMIT`` is set.
+    """
+    if nbytes < SMALL_CALL_BYTES and not os.environ.get("FUSEDRNN_MEMORY_LIMIT"):
+        return
     available = available_memory()
     if available is not None and nbytes > available:
         raise MemoryError(f"{op} needs about {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) for {detail}, "

@@ -50,6 +50,10 @@ def float_arrays(names_values: dict, allowed=FLOAT_DTYPES, op: str = "") -> tupl
     dtype = None
     first = None
     for name, array in arrays.items():
+        if array.dtype.kind == "f" and not array.dtype.isnative:
+            raise TypeError(f"{name} must be in native byte order, got {array.dtype.str} (non-native "
+                            f"{array.dtype.name}); convert it with {name}.astype({array.dtype.name!r})"
+                            + (f" in {op}" if op else ""))
         if array.dtype not in allowed:
             allowed_text = ", ".join(str(d) for d in allowed)
             raise TypeError(f"{name} must have a floating dtype ({allowed_text}), got {array.dtype}"
