@@ -196,7 +196,8 @@ def _lengths(sequence_lengths, T: int, B: int):
         return np.full(B, T, dtype=np.int64)
     lengths = as_array(sequence_lengths, "sequence_lengths")
     if lengths.dtype.kind not in "iu" or lengths.dtype == np.uint64:
-        raise TypeError(f"sequence_lengths must be int32 or int64, got {lengths.dtype}")
+        raise TypeError(f"sequence_lengths must have an integer dtype (int32 as in TF, or int64), "
+                        f"got {lengths.dtype}")
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise ValueError(f"sequence_lengths must be a vector of batch_size={B} lengths, got shape "
                          f"{shape_str(lengths.shape)}")
@@ -502,7 +503,8 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, output, output_h, output
     ``output_h`` and ``output_c``, and its ``reserve_space``.  Returns
     ``(input_backprop, input_h_backprop, input_c_backprop, params_backprop)`` shaped like
     ``input``, ``input_h``, ``input_c`` (rank-0 zero for non-LSTM modes) and ``params``.
-    With dropout, the forward's masks (in ``reserve_space``) are reused.
+    With dropout, the forward's masks (in ``reserve_space``) are reused: the gradient is that of
+    the forward that produced ``reserve_space``, whatever ``dropout``/``seed``/``seed2`` say here.
     """
     attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2)
     inputs = dict(input=input, input_h=input_h, input_c=input_c, params=params, output=output,
