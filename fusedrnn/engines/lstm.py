@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, input_backward, input_projection, outer_sum, sigmoid
+from .common import carry, input_backward, input_projection, outer_sum
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,14 @@ def _ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
                             bias=bias)
 
 
+def _half_scale(H: int, dtype) -> np.ndarray:
+    """Column scale [0.5 (i, f), 1 (c), 0.5 (o)]: with the sigmoid gates' pre-activations halved
+    (exactly: a power of two), one tanh over all gates gives σ(z) = (1 + tanh(z / 2)) / 2."""
+    scale = np.full(4 * H, 0.5, dtype=dtype)
+    scale[2 * H:3 * H] = 1
+    return scale
+
+
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWeights,
                  options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None) -> LSTMTrace:
     """Run the recurrence over ``x[T, B, in]`` from ``h0[B, Hout]``, ``c0[B, H]``."""
@@ -99,36 +107,53 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
     T, B = x.shape[:2]
     H = c0.shape[-1]
     dtype = x.dtype
+    scale = _half_scale(H, dtype)
     x_gates = input_projection(x, w.w_input, w.bias, 4)
+    x_gates *= scale
+    w_recurrent = w.w_recurrent * scale
     gates = np.empty((T, B, 4 * H), dtype=dtype)
     c_states = np.empty((T + 1, B, H), dtype=dtype)
     co_all = np.empty((T, B, H), dtype=dtype)
     h_states = np.empty((T + 1, B, h0.shape[-1]), dtype=dtype)
     c_states[0], h_states[0] = c0, h0
     clip = options.cell_clip
-    peep = w.peepholes if options.use_peephole else None
+    peep = None
+    if options.use_peephole:
+        peep = tuple(p * dtype.type(0.5) for p in w.peepholes)
+    frozen = None if valid is None else ~valid[:, :, None]
+    half = dtype.type(0.5)
     for t in range(T):
-        c_prev, h_prev = c_states[t], h_states[t]
+        c_prev, c_next, h_next = c_states[t], c_states[t + 1], h_states[t + 1]
         g = gates[t]
-        np.matmul(h_prev, w.w_recurrent, out=g)
+        np.matmul(h_states[t], w_recurrent, out=g)
         g += x_gates[t]
-        if peep is not None:
+        if peep is None:
+            np.tanh(g, out=g)
+        else:
             g[:, :H] += c_prev * peep[0]
             g[:, H:2 * H] += c_prev * peep[1]
-        sigmoid(g[:, :2 * H], out=g[:, :2 * H])
-        np.tanh(g[:, 2 * H:3 * H], out=g[:, 2 * H:3 * H])
-        c_new = g[:, H:2 * H] * c_prev
-        c_new += g[:, :H] * g[:, 2 * H:3 * H]
+            np.tanh(g[:, :3 * H], out=g[:, :3 * H])
+        input_forget = g[:, :2 * H]
+        input_forget += 1
+        input_forget *= half
+        np.multiply(g[:, H:2 * H], c_prev, out=c_next)
+        c_next += g[:, :H] * g[:, 2 * H:3 * H]
         if clip > 0:
-            np.clip(c_new, -clip, clip, out=c_new)
+            np.clip(c_next, -clip, clip, out=c_next)
+        output_gate = g[:, 3 * H:]
         if peep is not None:
-            g[:, 3 * H:] += c_new * peep[2]
-        sigmoid(g[:, 3 * H:], out=g[:, 3 * H:])
-        co = np.tanh(c_new, out=co_all[t])
-        m = g[:, 3 * H:] * co
-        h_new = m if w.w_proj is None else m @ w.w_proj
-        c_states[t + 1] = carry(None if valid is None else valid[t, :, None], c_new, c_prev)
-        h_states[t + 1] = carry(None if valid is None else valid[t, :, None], h_new, h_prev)
+            output_gate += c_next * peep[2]
+            np.tanh(output_gate, out=output_gate)
+        output_gate += 1
+        output_gate *= half
+        co = np.tanh(c_next, out=co_all[t])
+        if w.w_proj is None:
+            np.multiply(output_gate, co, out=h_next)
+        else:
+            np.matmul(output_gate * co, w.w_proj, out=h_next)
+        if frozen is not None:
+            np.copyto(c_next, c_prev, where=frozen[t])
+            np.copyto(h_next, h_states[t], where=frozen[t])
     return LSTMTrace(gates, c_states, co_all, h_states)
 
 
@@ -176,6 +201,17 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     dc = np.zeros((B, H), dtype=dtype) if dc_last is None else dc_last.astype(dtype, copy=True)
     w_rec_t = np.ascontiguousarray(w.w_recurrent.T)
     w_proj_t = None if w.w_proj is None else np.ascontiguousarray(w.w_proj.T)
+    # Everything that depends only on the trace, for all steps at once.
+    i, f, cc, o = (gates[:, :, k * H:(k + 1) * H] for k in range(4))
+    output_factor = o * (1 - o)
+    output_factor *= co_all  # ∂h/∂(o pre-activation), per unit of dm
+    cell_factor = 1 - co_all * co_all
+    cell_factor *= o  # ∂m/∂c
+    gate_factor = np.empty((T, B, 3, H), dtype=dtype)  # ∂c/∂(i, f, c' pre-activations)
+    np.multiply(cc, i * (1 - i), out=gate_factor[:, :, 0])
+    np.multiply(c_states[:T], f * (1 - f), out=gate_factor[:, :, 1])
+    np.multiply(i, 1 - cc * cc, out=gate_factor[:, :, 2])
+    del i, cc, o
     for t in range(T - 1, -1, -1):
         v = None if valid is None else valid[t, :, None]
         if dh_steps is not None:
@@ -187,22 +223,15 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
             dm = dh @ w_proj_t
         else:
             dm = dh
-        g = gates[t]
-        i, f, cc, o = g[:, :H], g[:, H:2 * H], g[:, 2 * H:3 * H], g[:, 3 * H:]
-        co, c_prev = co_all[t], c_states[t]
         dg = d_gates[t]
         d_o = dg[:, 3 * H:]
-        np.multiply(dm, co, out=d_o)
-        d_o *= o * (1 - o)
-        dcs = dm * o
-        dcs *= 1 - co * co
+        np.multiply(dm, output_factor[t], out=d_o)
+        dcs = dm * cell_factor[t]
         dcs += dc
         if peep is not None:
             dcs += d_o * peep[2]
-        np.multiply(dcs, i * (1 - cc * cc), out=dg[:, 2 * H:3 * H])
-        np.multiply(dcs, c_prev * f * (1 - f), out=dg[:, H:2 * H])
-        np.multiply(dcs, cc * i * (1 - i), out=dg[:, :H])
-        dc_prev = dcs * f
+        np.multiply(dcs[:, None, :], gate_factor[t], out=dg.reshape(B, 4, H)[:, :3])
+        dc_prev = dcs * f[t]
         if peep is not None:
             dc_prev += dg[:, :H] * peep[0] + dg[:, H:2 * H] * peep[1]
         if v is not None:
