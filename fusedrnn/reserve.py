@@ -124,7 +124,12 @@ def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths
     if header != expected:
         names = ["magic", "version", "rnn_mode", "num_layers", "num_dirs", "max_time", "batch_size",
                  "input_size", "num_units", "num_proj", "skip_input", "dropout", "itemsize"]
-        diffs = [f"{n}: forward {header[k]}, backprop {expected[k]}"
+        def show(k: int, value: int):
+            if names[k] == "rnn_mode" and 0 <= value < len(RNN_MODES):
+                return RNN_MODES[value]
+            return value
+
+        diffs = [f"{n}: forward {show(k, header[k])}, backprop {show(k, expected[k])}"
                  for k, n in enumerate(names) if header[k] != expected[k]]
         raise ValueError("reserve_space does not match this backprop's configuration ("
                          + "; ".join(diffs) + ")")
