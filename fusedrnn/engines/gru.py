@@ -96,7 +96,7 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
     for t in range(T - 1, -1, -1):
         v = None if valid is None else valid[t, :, None]
         if dh_steps is not None:
-            dh = dh + dh_steps[t]
+            dh += dh_steps[t]
         g = gates[t]
         r, u, n = g[:, :H], g[:, H:2 * H], g[:, 2 * H:]
         h_prev = h_states[t]

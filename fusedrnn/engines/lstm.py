@@ -215,9 +215,9 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     for t in range(T - 1, -1, -1):
         v = None if valid is None else valid[t, :, None]
         if dh_steps is not None:
-            dh = dh + dh_steps[t]
+            dh += dh_steps[t]
         if dc_steps is not None:
-            dc = dc + dc_steps[t]
+            dc += dc_steps[t]
         if w_proj_t is not None:
             dh_total[t] = dh if v is None else np.where(v, dh, 0)
             dm = dh @ w_proj_t

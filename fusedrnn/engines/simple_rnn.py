@@ -75,7 +75,7 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
     for t in range(T - 1, -1, -1):
         v = None if valid is None else valid[t, :, None]
         if dh_steps is not None:
-            dh = dh + dh_steps[t]
+            dh += dh_steps[t]
         h = h_states[t + 1]
         da = d_pre[t]
         if activation == "tanh":
