@@ -230,12 +230,22 @@ def _activation(mode: str) -> str:
     return "tanh" if mode == "rnn_tanh" else "relu"
 
 
-def _engine_forward(mode: str, x, h0, c0, weights, valid):
+_TRACE_TYPES = {"lstm": lstm_engine.LSTMTrace, "gru": gru_engine.GRUTrace}
+
+
+def _reserved_trace(views: dict, config: RNNConfig, T: int, B: int, p: int):
+    """Pseudo-layer ``p``'s engine trace as views into the reserve buffer."""
+    items = reserve.trace_items(config.rnn_mode, T, B, config.num_units, config.hidden_out)
+    trace_type = _TRACE_TYPES.get(config.rnn_mode, rnn_engine.RNNTrace)
+    return trace_type(*(views[f"p{p}.{name}"] for name, _ in items))
+
+
+def _engine_forward(mode: str, x, h0, c0, weights, valid, out):
     if mode == "lstm":
-        return lstm_engine.lstm_forward(x, h0, c0, weights, valid=valid)
+        return lstm_engine.lstm_forward(x, h0, c0, weights, valid=valid, out=out)
     if mode == "gru":
-        return gru_engine.gru_forward(x, h0, weights, valid)
-    return rnn_engine.rnn_forward(x, h0, weights, _activation(mode), valid)
+        return gru_engine.gru_forward(x, h0, weights, valid, out)
+    return rnn_engine.rnn_forward(x, h0, weights, _activation(mode), valid, out)
 
 
 def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, valid, need_dx):
@@ -328,29 +338,27 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     c_final = np.empty((LD, B, H), dtype=cd) if is_lstm else None
     valid = problem.valid_mask()
     for layer in range(L):
-        out = np.empty((T, B, D * Hout), dtype=cd)
+        if writer is not None and layer < L - 1:
+            out = writer.views[f"layer_input_{layer + 1}"]  # the next layer's input, kept for the backprop
+        else:
+            out = np.empty((T, B, D * Hout), dtype=cd)
         for d in range(D):
             p = layer * D + d
             weights = _engine_weights(config, flat, p)
             valid_scan = _scan(valid, d)
             trace = _engine_forward(config.rnn_mode, _scan(layer_in, d), h0[p],
-                                    None if c0 is None else c0[p], weights, valid_scan)
+                                    None if c0 is None else c0[p], weights, valid_scan,
+                                    None if writer is None else _reserved_trace(writer.views, config, T, B, p))
             h_states = trace.h
             y = _scan(out[:, :, d * Hout:(d + 1) * Hout], d)
             y[...] = h_states[1:] if valid_scan is None else np.where(valid_scan[:, :, None], h_states[1:], 0)
             h_final[p] = h_states[-1]
             if is_lstm:
                 c_final[p] = trace.c[-1]
-            if writer is not None:
-                for (name, _), array in zip(reserve.trace_items(config.rnn_mode, T, B, H, Hout), trace):
-                    writer.views[f"p{p}.{name}"][...] = array
-        if layer < L - 1:
-            if dropout_applied:
-                mask = _dropout_mask(attrs, layer, out.shape, cd)
-                out *= mask
-                writer.views[f"dropout_mask_{layer + 1}"][...] = mask
-            if writer is not None:
-                writer.views[f"layer_input_{layer + 1}"][...] = out
+        if dropout_applied and layer < L - 1:
+            mask = writer.views[f"dropout_mask_{layer + 1}"]
+            mask[...] = _dropout_mask(attrs, layer, out.shape, cd)
+            out *= mask
         layer_in = out
     output = _to_time_major(layer_in, time_major).astype(dtype)
     output_h = h_final.reshape(problem.state_shape).astype(dtype)
@@ -400,16 +408,13 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     grad_flat = np.zeros(config.params_size, dtype=cd)
     dh0 = np.empty((LD, B, Hout), dtype=cd)
     dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
-    items = reserve.trace_items(config.rnn_mode, T, B, H, Hout)
-    trace_type = {"lstm": lstm_engine.LSTMTrace, "gru": gru_engine.GRUTrace}.get(config.rnn_mode,
-                                                                                  rnn_engine.RNNTrace)
     for layer in range(L - 1, -1, -1):
         layer_in = x_tm if layer == 0 else views[f"layer_input_{layer}"]
         d_in = np.zeros(layer_in.shape, dtype=cd)
         for d in range(D):
             p = layer * D + d
             weights = _engine_weights(config, flat, p)
-            trace = trace_type(*(views[f"p{p}.{name}"] for name, _ in items))
+            trace = _reserved_trace(views, config, T, B, p)
             grads = _engine_backward(
                 config.rnn_mode, _scan(layer_in, d), trace, weights,
                 dh_steps=_scan(d_out[:, :, d * Hout:(d + 1) * Hout], d),

@@ -63,6 +63,20 @@ def outer_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])
 
 
+def trace_arrays(out, shapes: list, dtype) -> list:
+    """The arrays a forward pass records into: ``out`` (a trace of preallocated arrays with
+    these shapes, e.g. views into a reserve buffer) or fresh ones."""
+    if out is not None:
+        return list(out)
+    return [np.empty(shape, dtype=dtype) for shape in shapes]
+
+
+def freeze(frozen_t: np.ndarray | None, state: np.ndarray, previous: np.ndarray) -> None:
+    """Restore ``previous`` in the rows of ``state`` whose step is not valid (in place)."""
+    if frozen_t is not None:
+        np.copyto(state, previous, where=frozen_t)
+
+
 def carry(valid_t: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> np.ndarray:
     """``new`` where the step is valid, else the carried ``old`` state."""
     if valid_t is None:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, input_backward, input_projection, outer_sum, sigmoid
+from .common import carry, freeze, input_backward, input_projection, outer_sum, sigmoid, trace_arrays
 
 
 class GRUWeights(NamedTuple):
@@ -42,15 +42,16 @@ class GRUTrace(NamedTuple):
 
 
 def gru_forward(x: np.ndarray, h0: np.ndarray, weights: GRUWeights,
-                valid: np.ndarray | None = None) -> GRUTrace:
+                valid: np.ndarray | None = None, out: GRUTrace | None = None) -> GRUTrace:
+    """Run the recurrence over ``x[T, B, in]`` from ``h0[B, H]``; ``out``: preallocated
+    trace arrays to record into (shapes as in :class:`GRUTrace`)."""
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype
     x_gates = input_projection(x, weights.w_input, weights.bias_input, 3)
-    gates = np.empty((T, B, 3 * H), dtype=dtype)
-    q_h_all = np.empty((T, B, H), dtype=dtype)
-    h_states = np.empty((T + 1, B, H), dtype=dtype)
+    gates, q_h_all, h_states = trace_arrays(out, [(T, B, 3 * H), (T, B, H), (T + 1, B, H)], dtype)
     h_states[0] = h0
+    frozen = None if valid is None else ~valid[:, :, None]
     q = np.empty((B, 3 * H), dtype=dtype)
     for t in range(T):
         h_prev = h_states[t]
@@ -64,9 +65,11 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: GRUWeights,
         np.multiply(g[:, :H], q[:, 2 * H:], out=n)
         n += x_gates[t, :, 2 * H:]
         np.tanh(n, out=n)
-        u = g[:, H:2 * H]
-        h_new = n + u * (h_prev - n)
-        h_states[t + 1] = carry(None if valid is None else valid[t, :, None], h_new, h_prev)
+        h_next = h_states[t + 1]
+        np.subtract(h_prev, n, out=h_next)
+        h_next *= g[:, H:2 * H]
+        h_next += n  # (1 - u) ⊙ h' + u ⊙ h_{t-1} = h' + u ⊙ (h_{t-1} - h')
+        freeze(None if frozen is None else frozen[t], h_next, h_prev)
     return GRUTrace(gates, q_h_all, h_states)
 
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, input_backward, input_projection, outer_sum
+from .common import carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,12 @@ def _half_scale(H: int, dtype) -> np.ndarray:
 
 
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWeights,
-                 options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None) -> LSTMTrace:
-    """Run the recurrence over ``x[T, B, in]`` from ``h0[B, Hout]``, ``c0[B, H]``."""
+                 options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
+                 out: LSTMTrace | None = None) -> LSTMTrace:
+    """Run the recurrence over ``x[T, B, in]`` from ``h0[B, Hout]``, ``c0[B, H]``.
+
+    ``out``: preallocated trace arrays to record into (shapes as in :class:`LSTMTrace`).
+    """
     w = _ifco_weights(weights, options)
     T, B = x.shape[:2]
     H = c0.shape[-1]
@@ -111,11 +115,10 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
     x_gates = input_projection(x, w.w_input, w.bias, 4)
     x_gates *= scale
     w_recurrent = w.w_recurrent * scale
-    gates = np.empty((T, B, 4 * H), dtype=dtype)
-    c_states = np.empty((T + 1, B, H), dtype=dtype)
-    co_all = np.empty((T, B, H), dtype=dtype)
-    h_states = np.empty((T + 1, B, h0.shape[-1]), dtype=dtype)
+    gates, c_states, co_all, h_states = trace_arrays(
+        out, [(T, B, 4 * H), (T + 1, B, H), (T, B, H), (T + 1, B, h0.shape[-1])], dtype)
     c_states[0], h_states[0] = c0, h0
+    cell_input = np.empty((B, H), dtype=dtype)
     clip = options.cell_clip
     peep = None
     if options.use_peephole:
@@ -137,7 +140,8 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
         input_forget += 1
         input_forget *= half
         np.multiply(g[:, H:2 * H], c_prev, out=c_next)
-        c_next += g[:, :H] * g[:, 2 * H:3 * H]
+        np.multiply(g[:, :H], g[:, 2 * H:3 * H], out=cell_input)
+        c_next += cell_input
         if clip > 0:
             np.clip(c_next, -clip, clip, out=c_next)
         output_gate = g[:, 3 * H:]
@@ -152,8 +156,8 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
         else:
             np.matmul(output_gate * co, w.w_proj, out=h_next)
         if frozen is not None:
-            np.copyto(c_next, c_prev, where=frozen[t])
-            np.copyto(h_next, h_states[t], where=frozen[t])
+            freeze(frozen[t], c_next, c_prev)
+            freeze(frozen[t], h_next, h_states[t])
     return LSTMTrace(gates, c_states, co_all, h_states)
 
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, input_backward, input_projection, outer_sum
+from .common import carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
 
 
 class RNNWeights(NamedTuple):
@@ -36,18 +36,21 @@ def _activate(a: np.ndarray, activation: str) -> np.ndarray:
 
 
 def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: RNNWeights, activation: str,
-                valid: np.ndarray | None = None) -> RNNTrace:
+                valid: np.ndarray | None = None, out: RNNTrace | None = None) -> RNNTrace:
+    """Run the recurrence over ``x[T, B, in]`` from ``h0[B, H]``; ``out``: a preallocated
+    trace to record into (shape as in :class:`RNNTrace`)."""
     T, B = x.shape[:2]
     H = h0.shape[-1]
     x_gates = input_projection(x, weights.w_input, weights.bias, 1)
-    h_states = np.empty((T + 1, B, H), dtype=x.dtype)
+    (h_states,) = trace_arrays(out, [(T + 1, B, H)], x.dtype)
     h_states[0] = h0
-    a = np.empty((B, H), dtype=x.dtype)
+    frozen = None if valid is None else ~valid[:, :, None]
     for t in range(T):
+        a = h_states[t + 1]
         np.matmul(h_states[t], weights.w_recurrent, out=a)
         a += x_gates[t]
         _activate(a, activation)
-        h_states[t + 1] = carry(None if valid is None else valid[t, :, None], a, h_states[t])
+        freeze(None if frozen is None else frozen[t], a, h_states[t])
     return RNNTrace(h_states)
 
 
