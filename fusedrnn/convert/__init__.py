@@ -1,0 +1,27 @@
+"""Move RNN weights between TF-cuDNN, PyTorch, Keras, TF cells, BlockLSTM and ONNX.
+
+One description, :class:`CudnnWeights` (the opaque ``params`` of a CudnnRNN model plus its
+attributes), and converters around it.  Gate orders (the classic porting bug):
+
+==============  ==========================  ==========================================
+format          LSTM gates                  GRU gates / biases
+==============  ==========================  ==========================================
+cuDNN, PyTorch  i, f, c, o (two biases)     r, u, h' (two biases, r applied to R h + bR)
+Keras 3         i, f, c, o (one bias)       z(=u), r, h; bias [2, 3H] (reset_after=True)
+TF cells        i, c, f, o (one bias)       gates [r | u], candidate split in/hidden
+BlockLSTM       i, c, f, o + forget_bias    —
+BlockLSTMV2     i, f, c, o                  —
+ONNX            i, o, f, c (W/R biases)     z, r, h (linear_before_reset=1)
+==============  ==========================  ==========================================
+
+Nothing here imports torch, onnx, h5py or TensorFlow until a converter that needs it is called.
+"""
+
+from ._weights import CudnnWeights, PseudoLayer
+from ._torch import from_torch, to_torch
+from ._keras import from_keras, from_keras_weights, to_keras, to_keras_weights
+from ._tf_cells import BlockLSTMWeights, from_block_lstm, from_tf_cells, to_block_lstm, to_tf_cells
+
+__all__ = ["CudnnWeights", "PseudoLayer", "from_torch", "to_torch", "from_keras", "from_keras_weights",
+           "to_keras", "to_keras_weights", "from_tf_cells", "to_tf_cells", "from_block_lstm", "to_block_lstm",
+           "BlockLSTMWeights"]
