@@ -22,9 +22,9 @@ from ._torch import from_torch, to_torch
 from ._keras import from_keras, from_keras_weights, to_keras, to_keras_weights
 from ._tf_cells import BlockLSTMWeights, from_block_lstm, from_tf_cells, to_block_lstm, to_tf_cells
 from ._find import find_rnn_weights, infer_config
-from .checkpoint import list_tf_checkpoint, read_tf_checkpoint
+from .checkpoint import list_tf_checkpoint, read_keras_weights, read_tf_checkpoint
 from ._onnx import block_lstm_to_onnx, to_onnx
 
-__all__ = ["read_tf_checkpoint", "list_tf_checkpoint", "find_rnn_weights", "infer_config", "to_onnx", "block_lstm_to_onnx", "CudnnWeights", "PseudoLayer", "from_torch", "to_torch", "from_keras", "from_keras_weights",
+__all__ = ["read_tf_checkpoint", "read_keras_weights", "list_tf_checkpoint", "find_rnn_weights", "infer_config", "to_onnx", "block_lstm_to_onnx", "CudnnWeights", "PseudoLayer", "from_torch", "to_torch", "from_keras", "from_keras_weights",
            "to_keras", "to_keras_weights", "from_tf_cells", "to_tf_cells", "from_block_lstm", "to_block_lstm",
            "BlockLSTMWeights"]

@@ -371,3 +371,27 @@ def read_tf_checkpoint(prefix, names=None, *, verify: bool = True) -> dict:
         for handle in shards.values():
             handle.close()
     return out
+
+
+def read_keras_weights(path) -> dict:
+    """``{name: ndarray}`` of a Keras 3 ``.weights.h5`` file or ``.keras`` archive (its
+    ``model.weights.h5``), names like ``layers/lstm/cell/vars/0`` — read with h5py, Keras not needed."""
+    import io
+    import zipfile
+    from ._optional import require
+    h5py = require("h5py", "fusedrnn.convert.read_keras_weights")
+    path = os.fspath(path)
+    source = path
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if "model.weights.h5" not in archive.namelist():
+                raise ValueError(f"{path}: a .keras archive without model.weights.h5 (has {archive.namelist()})")
+            source = io.BytesIO(archive.read("model.weights.h5"))
+    out = {}
+    try:
+        with h5py.File(source, "r") as handle:
+            handle.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset)
+                              else None)
+    except OSError as exc:
+        raise ValueError(f"cannot read Keras weights {path}: {exc}") from None
+    return out
