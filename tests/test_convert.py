@@ -6,6 +6,7 @@ Tolerances: float32 outputs ``atol=2e-6`` (the frameworks sum in other orders; s
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -375,3 +376,25 @@ def test_block_lstm_to_onnx(ort, use_peephole, layout):
     np.testing.assert_allclose(cs_last, ref.cs[-1], atol=ATOL, rtol=0)
     with pytest.raises(ValueError, match="ONNX LSTM's clip bounds gate pre-activations"):
         block_lstm_to_onnx(w, b, layout=layout)  if layout == "ICFO" else block_lstm_to_onnx(w, b, cell_clip=1.0)
+
+
+# -- optional dependencies -------------------------------------------------------------------------
+def test_import_is_light():
+    import subprocess
+    import sys
+    code = ("import sys, fusedrnn, fusedrnn.convert, fusedrnn.convert.cli; "
+            "heavy = [m for m in ('torch', 'onnx', 'onnxruntime', 'h5py', 'tensorflow', 'keras', 'jax') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+@pytest.mark.parametrize("module,extra,call", [
+    ("onnx", "onnx", lambda: to_onnx(random_weights())),
+    ("torch", "torch", lambda: to_torch(random_weights())),
+    ("h5py", "keras", lambda: __import__("fusedrnn.convert", fromlist=["x"]).read_keras_weights("x.h5"))])
+def test_missing_extra_names_it(monkeypatch, module, extra, call):
+    import sys
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError, match=re.escape(f"pip install 'fusedrnn[{extra}]'")):
+        call()
