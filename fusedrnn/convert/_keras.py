@@ -165,11 +165,9 @@ def to_keras_weights(w: CudnnWeights, *, legacy_cudnn=False) -> list:
     """``w`` as Keras weight lists: per cuDNN layer one list for ``layer.set_weights`` (a
     ``Bidirectional`` layer's list = forward's then backward's arrays).  See the module doc."""
     require_no_loss(w, "Keras")
-    order = _KERAS_ORDER[w.rnn_mode]
+    by_keras = _KERAS_ORDER[w.rnn_mode]  # Keras block k holds cuDNN gate by_keras[k]
     result = []
     for p, layer in enumerate(w.pseudo_layers()):
-        keras_gates = [order.index(k) for k in range(len(order))]  # keras index of each cuDNN gate
-        by_keras = sorted(range(len(order)), key=lambda k: keras_gates[k])  # cuDNN gates in Keras order
         if legacy_cudnn:
             kernel = np.hstack([layer.W[k].reshape(layer.W[k].shape[1], -1) for k in by_keras])
             recurrent = np.hstack([layer.R[k].reshape(layer.R[k].shape[1], -1) for k in by_keras])

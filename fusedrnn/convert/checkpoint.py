@@ -196,6 +196,62 @@ def _handle(value: bytes, pos: int = 0) -> tuple:
     return (offset, size), pos
 
 
+def _ordered_string(key: bytes, pos: int) -> tuple[str, int]:
+    """OrderedCode string: 0x00 escaped as 00 ff, 0xff as ff 00, terminated by 00 01."""
+    out = bytearray()
+    while pos + 1 < len(key):
+        byte, following = key[pos], key[pos + 1]
+        if byte == 0x00 and following == 0x01:
+            return out.decode("utf-8", "replace"), pos + 2
+        if byte in (0x00, 0xFF):
+            if following != (0xFF if byte == 0x00 else 0x00):
+                raise _Corrupt("bad escape in a slice key")
+            out.append(byte)
+            pos += 2
+        else:
+            out.append(byte)
+            pos += 1
+    raise _Corrupt("unterminated name in a slice key")
+
+
+def _ordered_signed(key: bytes, pos: int) -> tuple[int, int]:
+    """OrderedCode ``WriteSignedNumIncreasing``: a length-prefixed (unary header bits), sign-folded
+    big-endian integer (lengths 1..8 bytes)."""
+    if pos >= len(key):
+        raise _Corrupt("truncated slice key")
+    negative = not key[pos] & 0x80
+    first = key[pos] ^ (0xFF if negative else 0)
+    if first == 0xFF:
+        raise _Corrupt("slice extent out of range")
+    length = 8 - (first ^ 0xFF).bit_length()
+    if pos + length > len(key):
+        raise _Corrupt("truncated slice key")
+    value = -1 if negative else 0
+    for byte in key[pos:pos + length]:
+        value = (value << 8) | byte
+    value ^= ((1 << length) - 1) << (7 * length)
+    value &= (1 << 64) - 1
+    return (value - (1 << 64) if value >> 63 else value), pos + length
+
+
+def _decode_slice_key(key: bytes) -> tuple[str, tuple]:
+    """``EncodeTensorNameSlice``: 0, the name, the rank, then (start, length) per dim (-1 = all)."""
+    try:
+        if key[:1] != b"\x00":
+            raise _Corrupt("slice key does not start with 0")
+        name, pos = _ordered_string(key, 1)
+        size = key[pos] if pos < len(key) else 0
+        rank, pos = int.from_bytes(key[pos + 1:pos + 1 + size], "big"), pos + 1 + size
+        extents = []
+        for _ in range(rank):
+            start, pos = _ordered_signed(key, pos)
+            length, pos = _ordered_signed(key, pos)
+            extents.append((start, length))
+    except IndexError:
+        raise _Corrupt("truncated slice key") from None
+    return name, tuple(extents)
+
+
 def _index_path(prefix) -> str:
     prefix = os.fspath(prefix)
     if prefix.endswith(".index"):
@@ -250,16 +306,19 @@ def _read_index(prefix: str):
             raise _Corrupt("bad table magic number (not a TF checkpoint index, or truncated)")
         _, pos = _handle(footer)
         index_handle, _ = _handle(footer, pos)
-        header, entries = None, {}
+        header, entries, slices = None, {}, {}
         for _, handle_bytes in _entries(_block(data, index_handle)):
             for key, value in _entries(_block(data, _handle(handle_bytes)[0])):
                 if key == b"":
                     header = _fields(value)
+                elif key[:1] == b"\x00":  # one slice of a partitioned tensor
+                    name, extents = _decode_slice_key(key)
+                    slices.setdefault(name, []).append((extents, value))
                 else:
                     entries[key.decode("utf-8", "replace")] = value
         if header is None:
             raise _Corrupt("no BundleHeaderProto (empty key) in the table")
-        return header, entries
+        return header, entries, slices
     except _Corrupt as exc:
         raise ValueError(f"corrupt TF checkpoint index {path}: {exc}") from None
 
@@ -267,7 +326,7 @@ def _read_index(prefix: str):
 def list_tf_checkpoint(prefix) -> dict:
     """``{name: (dtype name, shape)}`` of a checkpoint, without reading tensor data."""
     prefix = _index_path(prefix)
-    _, entries = _read_index(prefix)
+    _, entries, _ = _read_index(prefix)
     out = {}
     for name, value in sorted(entries.items()):
         try:
@@ -307,10 +366,11 @@ def read_tf_checkpoint(prefix, names=None, *, verify: bool = True) -> dict:
 
     ``prefix``: the path before ``.index`` (or the ``.index`` path, or a directory with a
     ``checkpoint`` file).  ``names``: read only these.  ``verify``: check every tensor's CRC32C.
-    Partitioned (sliced) variables raise ValueError.
+    Partitioned tensors (TF1 partitioned variables, TF2 sharding policies that split a tensor) are
+    reassembled from their slices (keys ``EncodeTensorNameSlice``: OrderedCode name + extents).
     """
     prefix = _index_path(prefix)
-    header, entries = _read_index(prefix)
+    header, entries, slices = _read_index(prefix)
     index_path = prefix + ".index"
     num_shards = header.get(1, [1])[-1]
     big_endian = header.get(2, [0])[-1] == 1
@@ -320,53 +380,79 @@ def read_tf_checkpoint(prefix, names=None, *, verify: bool = True) -> dict:
             raise KeyError(f"{prefix}: no tensors named {missing}; it has {sorted(entries)[:20]}")
         entries = {n: entries[n] for n in names}
     shards, out = {}, {}
+
+    def parse(value: bytes, what: str) -> _Entry:
+        try:
+            return _parse_entry(value)
+        except _Corrupt as exc:
+            raise ValueError(f"corrupt TF checkpoint index {index_path}: {what}: {exc}") from None
+
+    def read_array(entry: _Entry, where: str) -> np.ndarray:
+        if entry.dtype not in _DTYPES:
+            raise ValueError(f"{where} has TF DataType enum {entry.dtype}, which read_tf_checkpoint does not "
+                             "decode (numeric, bool and string tensors are supported)")
+        if not 0 <= entry.shard < num_shards:
+            raise ValueError(f"{where} lives in shard {entry.shard}, but the header says {num_shards} shard(s)")
+        if entry.shard not in shards:
+            path = f"{prefix}.data-{entry.shard:05d}-of-{num_shards:05d}"
+            try:
+                shards[entry.shard] = open(path, "rb")
+            except OSError as exc:
+                raise ValueError(f"{where}: cannot open its data shard {path}: {exc}") from None
+        data_file = shards[entry.shard]
+        data_file.seek(0, os.SEEK_END)
+        file_size = data_file.tell()
+        if entry.offset + entry.size > file_size:
+            raise ValueError(f"{where}: bytes [{entry.offset}, {entry.offset + entry.size}) run past the end of "
+                             f"{data_file.name} ({file_size} bytes): truncated file")
+        data_file.seek(entry.offset)
+        raw = data_file.read(entry.size)
+        count = int(np.prod(entry.shape, dtype=np.int64)) if entry.shape else 1
+        kind = _DTYPES[entry.dtype]
+        if kind is object:
+            array, crc = _decode_strings(raw, count, where)
+            array = array.reshape(entry.shape)
+        else:
+            base = np.dtype(np.uint16 if kind == "bfloat16" else kind)
+            if entry.size != count * base.itemsize:
+                raise ValueError(f"{where}: {entry.size} bytes stored, but shape {list(entry.shape)} of "
+                                 f"{base.name} needs {count * base.itemsize}")
+            crc = crc32c(raw) if verify else None
+            array = np.frombuffer(raw, base.newbyteorder(">" if big_endian else "<")).astype(base).reshape(entry.shape)
+            if kind == "bfloat16":
+                array = (array.astype(np.uint32) << np.uint32(16)).view(np.float32)
+            elif kind is np.bool_ and np.any(array.view(np.uint8) > 1):
+                raise ValueError(f"{where}: bool tensor holds bytes other than 0 and 1")
+        if verify and entry.crc is not None and mask_crc(crc) != entry.crc:
+            raise ValueError(f"{where}: data fails its CRC32C check (corrupt shard {data_file.name})")
+        return array
+
+    def assemble(name: str, entry: _Entry, where: str) -> np.ndarray:
+        """A partitioned tensor: its slices (own entries, keyed by name + extents) put in place."""
+        parts = slices.get(name, [])
+        result, covered = None, 0
+        for extents, value in parts:
+            part = read_array(parse(value, f"slice of {name!r}"), f"{where} (slice {list(extents)})")
+            if len(extents) != len(entry.shape):
+                raise ValueError(f"{where}: slice of rank {len(extents)} for a rank-{len(entry.shape)} tensor")
+            region = tuple(slice(0, dim) if length == -1 else slice(start, start + length)
+                           for (start, length), dim in zip(extents, entry.shape))
+            if result is None:
+                result = np.zeros(entry.shape, part.dtype)
+            if result[region].shape != part.shape:
+                raise ValueError(f"{where}: slice {list(extents)} of shape {list(part.shape)} does not fit "
+                                 f"{list(entry.shape)}")
+            result[region] = part
+            covered += part.size
+        if result is None or covered != result.size:
+            raise ValueError(f"{where}: its slices cover {covered} of {int(np.prod(entry.shape))} elements")
+        return result
+
     try:
         for name in sorted(entries):
             where = f"{prefix}: tensor {name!r}"
-            try:
-                entry = _parse_entry(entries[name])
-            except _Corrupt as exc:
-                raise ValueError(f"corrupt TF checkpoint index {index_path}: entry {name!r}: {exc}") from None
-            if entry.sliced:
-                raise ValueError(f"{where} is a partitioned variable (saved as slices); not supported")
-            if entry.dtype not in _DTYPES:
-                raise ValueError(f"{where} has TF DataType enum {entry.dtype}, which read_tf_checkpoint does not "
-                                 "decode (numeric, bool and string tensors are supported)")
-            if not 0 <= entry.shard < num_shards:
-                raise ValueError(f"{where} lives in shard {entry.shard}, but the header says {num_shards} shard(s)")
-            if entry.shard not in shards:
-                path = f"{prefix}.data-{entry.shard:05d}-of-{num_shards:05d}"
-                try:
-                    shards[entry.shard] = open(path, "rb")
-                except OSError as exc:
-                    raise ValueError(f"{where}: cannot open its data shard {path}: {exc}") from None
-            data_file = shards[entry.shard]
-            data_file.seek(0, os.SEEK_END)
-            file_size = data_file.tell()
-            if entry.offset + entry.size > file_size:
-                raise ValueError(f"{where}: bytes [{entry.offset}, {entry.offset + entry.size}) run past the end of "
-                                 f"{data_file.name} ({file_size} bytes): truncated file")
-            data_file.seek(entry.offset)
-            raw = data_file.read(entry.size)
-            count = int(np.prod(entry.shape, dtype=np.int64)) if entry.shape else 1
-            kind = _DTYPES[entry.dtype]
-            if kind is object:
-                array, crc = _decode_strings(raw, count, where)
-                array = array.reshape(entry.shape)
-            else:
-                base = np.dtype(np.uint16 if kind == "bfloat16" else kind)
-                if entry.size != count * base.itemsize:
-                    raise ValueError(f"{where}: {entry.size} bytes stored, but shape {list(entry.shape)} of "
-                                     f"{base.name} needs {count * base.itemsize}")
-                crc = crc32c(raw) if verify else None
-                array = np.frombuffer(raw, base.newbyteorder(">" if big_endian else "<")).astype(base).reshape(entry.shape)
-                if kind == "bfloat16":
-                    array = (array.astype(np.uint32) << np.uint32(16)).view(np.float32)
-                elif kind is np.bool_ and np.any(array.view(np.uint8) > 1):
-                    raise ValueError(f"{where}: bool tensor holds bytes other than 0 and 1")
-            if verify and entry.crc is not None and mask_crc(crc) != entry.crc:
-                raise ValueError(f"{where}: data fails its CRC32C check (corrupt shard {data_file.name})")
-            out[name] = array
+            entry = parse(entries[name], f"entry {name!r}")
+            out[name] = assemble(name, entry, where) if entry.sliced else read_array(entry, where)
     finally:
         for handle in shards.values():
             handle.close()

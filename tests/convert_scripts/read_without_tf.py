@@ -13,7 +13,7 @@ from fusedrnn.convert import find_rnn_weights, read_tf_checkpoint
 out = sys.argv[1]
 with open(os.path.join(out, "expected.pkl"), "rb") as handle:
     expected = pickle.load(handle)
-for prefix in ("v1/model", "v1s/model", "v2/ckpt"):
+for prefix in ("v1/model", "v1s/model", "v2/ckpt", "v2s/ckpt"):
     tensors = read_tf_checkpoint(os.path.join(out, prefix))
     for name, value in expected[prefix].items():
         got = tensors[name]
@@ -23,7 +23,8 @@ for prefix in ("v1/model", "v1s/model", "v2/ckpt"):
             assert list(got.ravel()) == list(value.ravel()), (prefix, name)
         else:
             assert got.tobytes() == value.tobytes(), (prefix, name)
-found = find_rnn_weights(os.path.join(out, "v2", "ckpt"))
+found = find_rnn_weights(os.path.join(out, "v2s", "ckpt"))
+assert found == find_rnn_weights(os.path.join(out, "v2", "ckpt"))
 lstm, gru = (found[k] for k in sorted(found))
 x = expected["keras"]["x"].transpose(1, 0, 2)
 lengths = np.full(2, 6, np.int32)

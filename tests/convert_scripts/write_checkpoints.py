@@ -1,10 +1,11 @@
 """Write TF checkpoints with the real TensorFlow for tests/test_convert_checkpoint.py (run in a subprocess).
 
 Usage: python write_checkpoints.py OUTDIR.  Writes under OUTDIR:
-  v1/model      tf.compat.v1.train.Saver: float/int/bool/string, scalar, empty, a large tensor,
-                contrib-style TF cell variables and an opaque_kernel
+  v1/model      tf.compat.v1.train.Saver: float/int/bool/string, scalar, empty, a large tensor, a
+                partitioned variable, contrib-style TF cell variables and an opaque_kernel
   v1s/model     a sharded Saver over 3 logical CPU devices (3 .data shards)
   v2/ckpt       tf.train.Checkpoint: every dtype, a Keras LSTM + Bidirectional(GRU) model
+  v2s/ckpt      the same with MaxShardSizePolicy(64 bytes): many shards, tensors split into slices
   expected.pkl  {checkpoint: {name: value}} and the Keras model's input/outputs
 """
 
@@ -17,7 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 out = sys.argv[1]
-for sub in ("v1", "v1s", "v2"):
+for sub in ("v1", "v1s", "v2", "v2s"):
     os.makedirs(os.path.join(out, sub), exist_ok=True)
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
@@ -38,11 +39,15 @@ v1_values = {"f32": rng.standard_normal((2, 3)).astype(np.float32),
 with tf.Graph().as_default():
     for name, value in v1_values.items():
         tf.compat.v1.get_variable(name, initializer=value if value.dtype != object else value.astype(bytes))
+    part = tf.compat.v1.get_variable("part", shape=(7, 2), initializer=tf.compat.v1.random_normal_initializer(seed=1),
+                                     partitioner=tf.compat.v1.fixed_size_partitioner(3))  # saved as 3 slices
+    part_value = part.as_tensor()
     saver = tf.compat.v1.train.Saver()
     with tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())
+        partitioned = session.run(part_value)
         saver.save(session, os.path.join(out, "v1", "model"), write_meta_graph=False)
-expected["v1/model"] = v1_values
+expected["v1/model"] = {**v1_values, "part": partitioned}
 
 with tf.Graph().as_default():
     shard_values = {}
@@ -66,12 +71,14 @@ variables = {k: tf.Variable(tf.cast(tf.constant(rng.uniform(0, 100, (2, 3))), dt
 variables["half_scalar"] = tf.Variable(tf.constant(1.5, tf.float16))
 checkpoint = tf.train.Checkpoint(model=model, **variables)
 checkpoint.write(os.path.join(out, "v2", "ckpt"))
+policy = tf.train.experimental.MaxShardSizePolicy(max_shard_size=64)  # splits tensors into slices
+checkpoint.write(os.path.join(out, "v2s", "ckpt"), options=tf.train.CheckpointOptions(experimental_sharding_callback=policy))
 v2_values = {}
 for k, v in variables.items():
     value = v.numpy()
     v2_values[f"{k}/.ATTRIBUTES/VARIABLE_VALUE"] = value.astype(np.float32) if v.dtype == tf.bfloat16 else value
 x = rng.standard_normal((2, 6, 3)).astype(np.float32)
-expected["v2/ckpt"] = v2_values
+expected["v2/ckpt"] = expected["v2s/ckpt"] = v2_values
 expected["keras"] = {"x": x, "lstm": model.layers[0](x).numpy(), "model": model(x).numpy()}
 with open(os.path.join(out, "expected.pkl"), "wb") as handle:
     pickle.dump(expected, handle)
