@@ -398,3 +398,22 @@ def test_missing_extra_names_it(monkeypatch, module, extra, call):
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ImportError, match=re.escape(f"pip install 'fusedrnn[{extra}]'")):
         call()
+
+
+def test_keras_files_read_without_keras(tf, tmp_path):
+    """A Keras model saved as .keras, .weights.h5 and legacy .h5: read with h5py, found, equal to
+    from_keras of the live model."""
+    import keras
+    from fusedrnn.convert import find_rnn_weights, read_keras_weights
+    lstm = random_weights("lstm", 2, "unidirectional")
+    gru = random_weights("gru", 1, "bidirectional", input_size=4)
+    model = keras.Sequential([keras.Input((None, 3)),
+                              keras.layers.LSTM(4, return_sequences=True),
+                              keras.layers.Bidirectional(keras.layers.GRU(4, return_sequences=True))])
+    model.layers[0].set_weights(to_keras_weights(lstm.layer(0))[0])
+    model.layers[1].set_weights(to_keras_weights(gru)[0])
+    for name in ("m.keras", "m.weights.h5", "m.h5"):
+        path = tmp_path / name
+        model.save_weights(path) if name.endswith(".weights.h5") else model.save(path)
+        found = sorted(find_rnn_weights(read_keras_weights(path)).items())
+        assert [w for _, w in found] == [gru, from_keras(model.layers[0])], name

@@ -192,3 +192,22 @@ def test_cli(checkpoints, tmp_path, capsys):
     assert _cli(tmp_path / "a.npz", tmp_path / "a.pt") == 0
     assert _cli(tmp_path / "a.pt", tmp_path / "c.npz") == 0
     assert CudnnWeights.load(tmp_path / "c.npz") == CudnnWeights.load(tmp_path / "a.npz")
+
+
+def test_legacy_h5_names_and_tf1_cells_are_not_keras(tmp_path):
+    """Legacy HDF5 names (Keras 3 ``model.save('x.h5')``, TF1 CuDNNLSTM ``cu_dnnlstm_1/kernel:0``);
+    a TF1 ``lstm_cell`` (one kernel, no recurrent_kernel, ICFO) must not be taken for Keras."""
+    from fusedrnn.convert import to_keras_weights
+    lstm, gru = random_weights("lstm"), random_weights("gru", 1, "bidirectional")
+    k, legacy = to_keras_weights(lstm)[0], to_keras_weights(gru, legacy_cudnn=True)[0]
+    tensors = {f"model_weights/lstm/sequential/lstm/lstm_cell/{v}": a
+               for v, a in zip(("kernel", "recurrent_kernel", "bias"), k)}
+    for d, direction in enumerate(("forward", "backward")):
+        for v, a in zip(("kernel", "recurrent_kernel", "bias"), legacy[3 * d:3 * d + 3]):
+            tensors[f"model_weights/bidirectional_1/{direction}_cu_dnngru_1/{v}:0"] = a
+    found = find_rnn_weights(tensors)
+    assert found["model_weights/lstm/sequential/lstm"].params.tobytes() == \
+        find_rnn_weights({f"layers/lstm/cell/vars/{i}": a for i, a in enumerate(k)})["layers/lstm"].params.tobytes()
+    assert found["model_weights/bidirectional_1"] == gru
+    cells = to_tf_cells(lstm, cell="lstm_cell", forget_bias=1.0)
+    assert list(find_rnn_weights(cells, forget_bias=1.0)) == ["rnn/lstm_cell"]

@@ -9,8 +9,11 @@ Recognised (names as TF and Keras write them):
 * TF cell variables (``rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel`` ...;
   :func:`fusedrnn.convert.from_tf_cells`);
 * Keras layers in TF2 object-based checkpoints (``.../cell/kernel/.ATTRIBUTES/VARIABLE_VALUE``,
-  ``recurrent_kernel``, ``bias``; ``forward_layer``/``backward_layer`` of Bidirectional) and in Keras 3
-  ``.weights.h5`` files (``layers/lstm/cell/vars/0..2``).  One :class:`CudnnWeights` per Keras layer.
+  ``recurrent_kernel``, ``bias``; ``forward_layer``/``backward_layer`` of Bidirectional), in Keras 3
+  ``.weights.h5`` files (``layers/lstm/cell/vars/0..2``), in legacy HDF5 model files
+  (``model_weights/lstm/.../lstm_cell/kernel[:0]``, ``forward_gru/gru_cell/...``) and TF1 Keras
+  ``CuDNNLSTM``/``CuDNNGRU`` HDF5 weights (``cu_dnnlstm_1/kernel:0``, read with ``legacy_cudnn``).
+  One :class:`CudnnWeights` per Keras layer.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from ._weights import CudnnWeights
 _KERAS_TF = re.compile(r"^(?P<path>.*?)/?(?:(?P<dir>forward_layer|backward_layer)/)?cell/"
                        r"(?P<var>kernel|recurrent_kernel|bias)/\.ATTRIBUTES/VARIABLE_VALUE$")
 _KERAS_H5 = re.compile(r"^(?P<path>.*?)/?(?:(?P<dir>forward_layer|backward_layer)/)?cell/vars/(?P<var>[012])$")
+_KERAS_LEGACY_H5 = re.compile(r"^(?P<path>.*?)/(?:(?P<dir>forward|backward)_\w+/)?(?:lstm_cell|gru_cell|simple_rnn_cell)"
+                              r"(?:_\d+)?/(?P<var>kernel|recurrent_kernel|bias)(?::0)?$")
+_CUDNN_LEGACY_H5 = re.compile(r"^(?P<path>.*?)/?(?:(?P<dir>forward|backward)_)?cu_dnn(?:lstm|gru)(?:_\d+)?/"
+                              r"(?P<var>kernel|recurrent_kernel|bias)(?::0)?$")
+_KERAS_PATTERNS = ((_KERAS_TF, False), (_KERAS_H5, False), (_KERAS_LEGACY_H5, False), (_CUDNN_LEGACY_H5, True))
 _OPAQUE = re.compile(r"^(?P<path>.*opaque_kernel)(?:/\.ATTRIBUTES/VARIABLE_VALUE)?$")
 _KERAS_VARS = {"0": "kernel", "1": "recurrent_kernel", "2": "bias"}
 _MAX_LAYERS, _MAX_UNITS = 8, 4096
@@ -84,19 +92,19 @@ def _opaque(name: str, params: np.ndarray, hints: dict) -> CudnnWeights:
 def _keras_layers(tensors: dict, rnn_mode) -> dict:
     groups = {}
     for name, value in tensors.items():
-        match = _KERAS_TF.match(name) or _KERAS_H5.match(name)
-        if match:
-            var = _KERAS_VARS.get(match["var"], match["var"])
-            groups.setdefault(match["path"], {}).setdefault(match["dir"] or "forward_layer", {})[var] = value
+        for pattern, legacy in _KERAS_PATTERNS:
+            match = pattern.match(name)
+            if match:
+                var = _KERAS_VARS.get(match["var"], match["var"])
+                direction = "backward" if (match["dir"] or "").startswith("backward") else "forward"
+                groups.setdefault((match["path"], legacy), {}).setdefault(direction, {})[var] = value
+                break
     found = {}
-    for path, directions in groups.items():
-        lists = []
-        for direction in ("forward_layer", "backward_layer"):
-            if direction in directions:
-                parts = directions[direction]
-                if "kernel" not in parts or "recurrent_kernel" not in parts:
-                    raise ValueError(f"{path}: Keras recurrent layer lacks kernel or recurrent_kernel")
-                lists.append([parts["kernel"], parts["recurrent_kernel"]] + ([parts["bias"]] if "bias" in parts else []))
+    for (path, legacy), directions in groups.items():
+        lists = [[parts[v] for v in ("kernel", "recurrent_kernel", "bias") if v in parts]
+                 for parts in (directions.get("forward"), directions.get("backward")) if parts]
+        if any("kernel" not in parts or "recurrent_kernel" not in parts for parts in directions.values()):
+            continue  # not a Keras layer (e.g. a TF1 lstm_cell: one kernel [in+H, 4H], no recurrent_kernel)
         kernel, recurrent = np.asarray(lists[0][0]), np.asarray(lists[0][1])
         if kernel.ndim != 2 or recurrent.ndim != 2 or recurrent.shape[1] % recurrent.shape[0]:
             continue  # some other layer with a cell (not one cuDNN runs)
@@ -105,9 +113,9 @@ def _keras_layers(tensors: dict, rnn_mode) -> dict:
         if mode is None:
             raise ValueError(f"{path}: a Keras SimpleRNN does not store its activation: pass rnn_mode='rnn_tanh' "
                              "or 'rnn_relu'")
-        if mode == "gru" and len(lists[0]) > 2 and np.asarray(lists[0][2]).ndim != 2:
+        if mode == "gru" and not legacy and len(lists[0]) > 2 and np.asarray(lists[0][2]).ndim != 2:
             raise ValueError(f"{path}: Keras GRU with reset_after=False (bias [3H]) is not cuDNN's GRU")
-        pseudo = [_pseudo_layer(mode, weights, False) for weights in lists]
+        pseudo = [_pseudo_layer(mode, weights, legacy) for weights in lists]
         found[path] = CudnnWeights.from_pseudo_layers(
             pseudo, rnn_mode=mode, num_layers=1, num_units=recurrent.shape[0], input_size=kernel.shape[0],
             direction="bidirectional" if len(lists) == 2 else "unidirectional")
