@@ -338,6 +338,18 @@ def test_onnx_matches_cudnn(ort, mode, layers, direction, lengths):
     assert_outputs(got, reference(w, x, h0, c0, lengths), lstm=mode == "lstm")
 
 
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_onnx_batch_major(ort, mode):
+    """time_major=False: input/output [B, T, .], states [B, L*D, H] reinterpreted as TF does."""
+    w = random_weights(mode, 2, "bidirectional")
+    x, h0, c0 = random_inputs(w)
+    x, h0, c0 = x.transpose(1, 0, 2).copy(), h0.reshape(3, 4, 4), c0.reshape(3, 4, 4)
+    feed = dict(input=x, input_h=h0, sequence_lengths=LENGTHS, **({"input_c": c0} if mode == "lstm" else {}))
+    got = _session(ort, to_onnx(w, time_major=False)).run(None, feed)
+    expected = fusedrnn.cudnn_rnn_v3(x, h0, c0, w.params, LENGTHS, is_training=False, time_major=False, **w.attrs)
+    assert_outputs(got, expected[:3], lstm=mode == "lstm")
+
+
 def test_onnx_file_and_refusals(ort, tmp_path):
     import onnx
     w = random_weights("gru", 2, "bidirectional")

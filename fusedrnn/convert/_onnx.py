@@ -43,9 +43,13 @@ def _finish(onnx, graph, path, opset: int):
     return model
 
 
-def to_onnx(w: CudnnWeights, path=None, *, opset: int = DEFAULT_OPSET):
+def to_onnx(w: CudnnWeights, path=None, *, opset: int = DEFAULT_OPSET, time_major: bool = True):
     """An ``onnx.ModelProto`` (saved to ``path`` when given) computing CudnnRNNV3's inference outputs
-    for ``w`` (time-major; module doc for the graph's inputs, outputs and gate mapping)."""
+    for ``w`` (module doc for the graph's inputs, outputs and gate mapping).
+
+    ``time_major=False`` mirrors CudnnRNNV3's batch-major mode: ``input [B, T, I]``, ``output
+    [B, T, D*H]`` (transposes) and states ``[B, L*D, H]`` whose buffers are *reinterpreted* as
+    ``[L*D, B, H]`` (a Reshape, not a transpose: TF's kernel quirk, spec §5.2)."""
     require_no_loss(w, "ONNX's LSTM")
     onnx = require("onnx", "fusedrnn.convert.to_onnx")
     helper, numpy_helper = onnx.helper, onnx.numpy_helper
@@ -59,14 +63,23 @@ def to_onnx(w: CudnnWeights, path=None, *, opset: int = DEFAULT_OPSET):
         inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    inputs = [helper.make_tensor_value_info("input", elem, ["T", "B", w.input_size]),
-              helper.make_tensor_value_info("input_h", elem, [L * D, "B", H])]
-    if mode == "lstm":
-        inputs.append(helper.make_tensor_value_info("input_c", elem, [L * D, "B", H]))
+    states = ("input_h", "input_c") if mode == "lstm" else ("input_h",)
+    state_shape = [L * D, "B", H] if time_major else ["B", L * D, H]
+    inputs = [helper.make_tensor_value_info("input", elem, ["T", "B", w.input_size] if time_major
+                                            else ["B", "T", w.input_size])]
+    inputs += [helper.make_tensor_value_info(state, elem, state_shape) for state in states]
     inputs.append(helper.make_tensor_value_info("sequence_lengths", onnx.TensorProto.INT32, ["B"]))
     const("axis0", np.array([0], np.int64))
     const("flatten_dirs", np.array([0, 0, -1], np.int64))
     x, finals_h, finals_c = "input", [], []
+    state_names = {state: state for state in states}
+    if not time_major:
+        nodes.append(helper.make_node("Transpose", ["input"], ["input_tm"], perm=[1, 0, 2]))
+        x = "input_tm"
+        const("states_tm", np.array([L * D, -1, H], np.int64))
+        for state in states:
+            nodes.append(helper.make_node("Reshape", [state, "states_tm"], [state + "_tm"]))
+            state_names[state] = state + "_tm"
     for l in range(L):
         pl = layers[l * D:(l + 1) * D]
         W = np.stack([np.vstack([p.W[g] for g in order]) for p in pl])
@@ -75,8 +88,9 @@ def to_onnx(w: CudnnWeights, path=None, *, opset: int = DEFAULT_OPSET):
         const(f"l{l}_start", np.array([l * D], np.int64))
         const(f"l{l}_end", np.array([(l + 1) * D], np.int64))
         state_inputs = []
-        for state in (("input_h", "input_c") if mode == "lstm" else ("input_h",)):
-            nodes.append(helper.make_node("Slice", [state, f"l{l}_start", f"l{l}_end", "axis0"], [f"l{l}_{state}"]))
+        for state in states:
+            nodes.append(helper.make_node("Slice", [state_names[state], f"l{l}_start", f"l{l}_end", "axis0"],
+                                          [f"l{l}_{state}"]))
             state_inputs.append(f"l{l}_{state}")
         attrs = dict(hidden_size=H, direction="bidirectional" if D == 2 else "forward")
         if mode == "gru":
@@ -87,17 +101,20 @@ def to_onnx(w: CudnnWeights, path=None, *, opset: int = DEFAULT_OPSET):
         nodes.append(helper.make_node(_OPS[mode], [x, const(f"l{l}_W", W), const(f"l{l}_R", R), const(f"l{l}_B", B),
                                                    "sequence_lengths", *state_inputs], outs, **attrs))
         nodes.append(helper.make_node("Transpose", [f"l{l}_Y"], [f"l{l}_Yt"], perm=[0, 2, 1, 3]))
-        x = "output" if l == L - 1 else f"l{l}_out"
+        x = "output" if l == L - 1 and time_major else f"l{l}_out"
         nodes.append(helper.make_node("Reshape", [f"l{l}_Yt", "flatten_dirs"], [x]))
         finals_h.append(outs[1])
         if mode == "lstm":
             finals_c.append(outs[2])
-    nodes.append(helper.make_node("Concat", finals_h, ["output_h"], axis=0))
-    outputs = [helper.make_tensor_value_info("output", elem, ["T", "B", D * H]),
-               helper.make_tensor_value_info("output_h", elem, [L * D, "B", H])]
-    if mode == "lstm":
-        nodes.append(helper.make_node("Concat", finals_c, ["output_c"], axis=0))
-        outputs.append(helper.make_tensor_value_info("output_c", elem, [L * D, "B", H]))
+    if not time_major:
+        nodes.append(helper.make_node("Transpose", [x], ["output"], perm=[1, 0, 2]))
+        const("states_bm", np.array([-1, L * D, H], np.int64))
+    outputs = [helper.make_tensor_value_info("output", elem, ["T", "B", D * H] if time_major else ["B", "T", D * H])]
+    for final, parts in (("output_h", finals_h), ("output_c", finals_c))[:len(states)]:
+        nodes.append(helper.make_node("Concat", parts, [final if time_major else final + "_tm"], axis=0))
+        if not time_major:
+            nodes.append(helper.make_node("Reshape", [final + "_tm", "states_bm"], [final]))
+        outputs.append(helper.make_tensor_value_info(final, elem, state_shape))
     graph = helper.make_graph(nodes, f"cudnn_{mode}", inputs, outputs, inits)
     return _finish(onnx, graph, path, opset)
 
