@@ -14,7 +14,10 @@ BlockLSTMV2     i, f, c, o                  —
 ONNX            i, o, f, c (W/R biases)     z, r, h (linear_before_reset=1)
 ==============  ==========================  ==========================================
 
-Nothing here imports torch, onnx, h5py or TensorFlow until a converter that needs it is called.
+Read TF checkpoints with NumPy only (:func:`read_tf_checkpoint`), Keras files with h5py
+(:func:`read_keras_weights`), and pick the RNNs out of them (:func:`find_rnn_weights`).
+Nothing here imports torch, onnx, h5py or TensorFlow until a converter that needs it is called
+(a missing one raises ImportError naming the extra: ``fusedrnn[torch]``, ``[onnx]``, ``[keras]``).
 """
 
 from ._weights import CudnnWeights, PseudoLayer
@@ -25,6 +28,7 @@ from ._find import find_rnn_weights, infer_config
 from .checkpoint import list_tf_checkpoint, read_keras_weights, read_tf_checkpoint
 from ._onnx import block_lstm_to_onnx, to_onnx
 
-__all__ = ["read_tf_checkpoint", "read_keras_weights", "list_tf_checkpoint", "find_rnn_weights", "infer_config", "to_onnx", "block_lstm_to_onnx", "CudnnWeights", "PseudoLayer", "from_torch", "to_torch", "from_keras", "from_keras_weights",
-           "to_keras", "to_keras_weights", "from_tf_cells", "to_tf_cells", "from_block_lstm", "to_block_lstm",
-           "BlockLSTMWeights"]
+__all__ = ["CudnnWeights", "PseudoLayer", "BlockLSTMWeights",
+           "from_torch", "to_torch", "from_keras", "from_keras_weights", "to_keras", "to_keras_weights",
+           "from_tf_cells", "to_tf_cells", "from_block_lstm", "to_block_lstm", "to_onnx", "block_lstm_to_onnx",
+           "read_tf_checkpoint", "list_tf_checkpoint", "read_keras_weights", "find_rnn_weights", "infer_config"]

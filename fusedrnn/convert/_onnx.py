@@ -1,7 +1,8 @@
 """ONNX export of CudnnRNN models and BlockLSTM (spec §10.4).  Needs ``onnx`` (extra ``[onnx]``).
 
 One ONNX ``LSTM`` / ``GRU`` / ``RNN`` node per cuDNN layer (``direction="bidirectional"`` for D = 2),
-time-major (``layout=0``).  Per direction ``d``, in ONNX's gate orders::
+time-major (``layout=0``; ``to_onnx(time_major=False)`` adds the transposes of CudnnRNNV3's
+batch-major mode).  Per direction ``d``, in ONNX's gate orders::
 
     LSTM  i, o, f, c:  W[d] = vstack(W_i, W_o, W_f, W_c)  [4H, in], R[d] likewise,
                        B[d] = concat(bW_i, bW_o, bW_f, bW_c, bR_i, bR_o, bR_f, bR_c)

@@ -7,7 +7,7 @@ import importlib
 import numpy as np
 
 _EXTRAS = {"torch": ("PyTorch", "torch"), "onnx": ("onnx", "onnx"), "onnxruntime": ("onnxruntime", "onnx"),
-           "h5py": ("h5py", "keras"), "keras": ("Keras", "keras")}
+           "h5py": ("h5py", "keras")}  # Keras itself (for to_keras) is no extra: it comes with TensorFlow
 
 
 def require(module: str, feature: str):
@@ -15,7 +15,9 @@ def require(module: str, feature: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        name, extra = _EXTRAS.get(module, (module, module))
+        if module not in _EXTRAS:
+            raise ImportError(f"{feature} needs {module}: pip install {module} ({exc})") from None
+        name, extra = _EXTRAS[module]
         raise ImportError(f"{feature} needs {name}: pip install 'fusedrnn[{extra}]' ({exc})") from None
 
 
