@@ -87,6 +87,10 @@ def test_infer_config():
     assert infer_config(w.params.size, rnn_mode="lstm", num_units=5, num_layers=2, direction="bidirectional") == \
         [w.config_dict()]
     assert len(infer_config(w.params.size, rnn_mode="lstm", num_units=5)) > 1
+    for input_mode in ("skip_input", "auto_select"):  # auto_select with I == H is skip_input's size
+        w = random_weights("gru", 2, "bidirectional", num_units=4, input_size=4, input_mode=input_mode)
+        assert infer_config(w.params.size, rnn_mode="gru", num_units=4, num_layers=2, direction="bidirectional",
+                            input_mode=input_mode) == [w.config_dict()]
 
 
 def _corrupt_copy(src_dir, dst_dir, name, mutate):

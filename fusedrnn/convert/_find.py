@@ -49,7 +49,7 @@ def infer_config(size: int, *, rnn_mode=None, num_layers=None, num_units=None, i
     directions = [direction] if direction else list(layout.DIRECTIONS)
     layer_counts = [num_layers] if num_layers else range(1, _MAX_LAYERS + 1)
     unit_counts = [num_units] if num_units else range(1, _MAX_UNITS + 1)
-    skip = input_mode == "skip_input"
+    auto = input_mode == "auto_select"  # skip_input exactly when input_size == num_units
     found = []
     for mode in modes:
         G = layout.GATES[mode]
@@ -57,20 +57,24 @@ def infer_config(size: int, *, rnn_mode=None, num_layers=None, num_units=None, i
             D = 2 if dirn == "bidirectional" else 1
             for L in layer_counts:
                 for H in unit_counts:
-                    if num_proj >= H and num_proj:
+                    if num_proj and num_proj >= H:
                         continue
-                    if skip or input_size:
-                        I = H if skip else input_size
-                        config = layout.RNNConfig(mode, L, H, I, D, skip, num_proj)
-                        if config.params_size != size:
-                            continue
-                    else:
-                        base = layout.RNNConfig(mode, L, H, 1, D, False, num_proj).params_size - D * G * H
-                        I, rem = divmod(size - base, D * G * H)
-                        if rem or I < 1:
-                            continue
-                    found.append(dict(rnn_mode=mode, num_layers=L, num_units=H, input_size=I, direction=dirn,
-                                      input_mode=input_mode, num_proj=num_proj))
+                    sizes = []
+                    if input_mode in ("skip_input", "auto_select") and input_size in (None, H):
+                        sizes.append(H)
+                    if input_mode != "skip_input":
+                        if input_size:
+                            sizes.append(input_size)
+                        else:  # params_size is linear in input_size: solve for it
+                            base = layout.RNNConfig(mode, L, H, 1, D, False, num_proj).params_size - D * G * H
+                            I, rem = divmod(size - base, D * G * H)
+                            if not rem and I >= 1:
+                                sizes.append(I)
+                    for I in dict.fromkeys(sizes):
+                        skip = input_mode == "skip_input" or (auto and I == H)
+                        if layout.RNNConfig(mode, L, H, I, D, skip, num_proj).params_size == size:
+                            found.append(dict(rnn_mode=mode, num_layers=L, num_units=H, input_size=I,
+                                              direction=dirn, input_mode=input_mode, num_proj=num_proj))
     return found
 
 
