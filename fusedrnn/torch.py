@@ -117,7 +117,6 @@ class _CudnnRNNFunction(torch.autograd.Function):
             a["output_c"], _as_numpy(grad_output, "grad of output"),
             _as_numpy(grad_output_h, "grad of output_h"), g_c, a["reserve_space"], a["host_reserved"],
             **ctx.attrs)
-        del ctx.arrays  # the reserve space is freed once the gradient is computed
         need = ctx.needs_input_grad
         d_c = torch.from_numpy(grads.input_c_backprop) if need[2] and ctx.has_input_c and is_lstm else None
         if need[2] and ctx.has_input_c and not is_lstm:
