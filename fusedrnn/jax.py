@@ -88,8 +88,11 @@ class _RNNAttrs(NamedTuple):
 
 
 def _host_forward(attrs: _RNNAttrs, x, h, c, w, lengths):
+    # a training forward only when it applies dropout (otherwise the two are bit-identical and
+    # the inference one allocates no reserve_space)
+    training = attrs.is_training and attrs.dropout > 0
     result = _cudnn.cudnn_rnn_v3(np.asarray(x), np.asarray(h), np.asarray(c), np.asarray(w), np.asarray(lengths),
-                                 is_training=attrs.is_training, **attrs.op_attrs(False))
+                                 is_training=training, **attrs.op_attrs(False))
     return result.output, result.output_h, result.output_c
 
 

@@ -90,8 +90,10 @@ class _CudnnRNNFunction(torch.autograd.Function):
             lengths = np.full(B, T, dtype=np.int64)
         needs_grad = any(ctx.needs_input_grad[:4])
         # Gradients need a training forward (its reserve_space).  In inference mode there is
-        # no dropout, so the training forward runs with dropout=0: the same values.
-        train = is_training or needs_grad
+        # no dropout, so the training forward runs with dropout=0: the same values.  Without
+        # dropout, training and inference forwards are bit-identical; the inference one keeps
+        # no reserve_space.
+        train = needs_grad or (is_training and attrs["dropout"] > 0)
         run_attrs = dict(attrs, dropout=attrs["dropout"] if is_training else 0.0)
         result = _cudnn.cudnn_rnn_v3(arrays["input"], arrays["input_h"], c, arrays["params"], lengths,
                                      is_training=train, **run_attrs)
