@@ -99,11 +99,13 @@ class _CudnnRNNFunction(torch.autograd.Function):
                                      is_training=train, **run_attrs)
         output, output_h, output_c = (torch.from_numpy(a) for a in result[:3])
         if needs_grad:
-            ctx.arrays = dict(arrays, input_c=c, output=result.output, output_h=result.output_h,
-                              output_c=result.output_c, reserve_space=result.reserve_space,
-                              host_reserved=result.host_reserved, lengths=lengths)
+            # the inputs through autograd (its version counters catch in-place changes before
+            # the backward); the forward's own results as NumPy arrays
+            ctx.save_for_backward(input, input_h, input_c, params)
+            ctx.arrays = dict(output=result.output, output_h=result.output_h, output_c=result.output_c,
+                              reserve_space=result.reserve_space, host_reserved=result.host_reserved,
+                              lengths=lengths)
             ctx.attrs = run_attrs
-            ctx.has_input_c = input_c is not None
         if attrs["rnn_mode"] != "lstm":
             ctx.mark_non_differentiable(output_c)
         return output, output_h, output_c
@@ -112,17 +114,20 @@ class _CudnnRNNFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_output, grad_output_h, grad_output_c):
         a = ctx.arrays
+        input, input_h, input_c, params = ctx.saved_tensors
         is_lstm = ctx.attrs["rnn_mode"] == "lstm"
-        g_c = _as_numpy(grad_output_c, "grad of output_c") if is_lstm else np.zeros((), a["input"].dtype)
+        x = _as_numpy(input, "input")
+        c = _as_numpy(input_c, "input_c") if input_c is not None else np.zeros((), x.dtype)
+        g_c = _as_numpy(grad_output_c, "grad of output_c") if is_lstm else np.zeros((), x.dtype)
         grads = _cudnn.cudnn_rnn_backprop_v3(
-            a["input"], a["input_h"], a["input_c"], a["params"], a["lengths"], a["output"], a["output_h"],
-            a["output_c"], _as_numpy(grad_output, "grad of output"),
+            x, _as_numpy(input_h, "input_h"), c, _as_numpy(params, "params"), a["lengths"], a["output"],
+            a["output_h"], a["output_c"], _as_numpy(grad_output, "grad of output"),
             _as_numpy(grad_output_h, "grad of output_h"), g_c, a["reserve_space"], a["host_reserved"],
             **ctx.attrs)
         need = ctx.needs_input_grad
-        d_c = torch.from_numpy(grads.input_c_backprop) if need[2] and ctx.has_input_c and is_lstm else None
-        if need[2] and ctx.has_input_c and not is_lstm:
-            d_c = torch.zeros(a["input_c"].shape, dtype=grad_output.dtype)
+        d_c = None
+        if need[2]:  # input_c is not read by the non-LSTM modes: a zero gradient, whatever its shape
+            d_c = torch.from_numpy(grads.input_c_backprop) if is_lstm else torch.zeros_like(input_c)
         return (torch.from_numpy(grads.input_backprop) if need[0] else None,
                 torch.from_numpy(grads.input_h_backprop) if need[1] else None,
                 d_c,

@@ -203,6 +203,18 @@ def test_needs_input_grad_and_no_grad(torch):
     assert torch.equal(y.detach(), y2) and not y2.requires_grad
 
 
+def test_inplace_change_of_an_input_is_detected(torch):
+    """The inputs go through save_for_backward: modifying one before backward is an error,
+    not a silently wrong gradient."""
+    _, (x, h, w) = gradcheck_case("gru", 0, False, True, (3, 2))
+    x_used = x * 1.0
+    y, _, output_c = ft.cudnn_rnn(x_used, h, None, w, rnn_mode="gru")
+    assert output_c.shape == () and not output_c.requires_grad
+    x_used.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_inference_mode_gradient_has_no_dropout(torch):
     """is_training=False: no dropout, and the gradient is the gradient of that function."""
     _, (x, h, c, w) = gradcheck_case("lstm", 0, False, True, (3, 2))
