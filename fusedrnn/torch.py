@@ -73,7 +73,7 @@ class _CudnnRNNFunction(torch.autograd.Function):
     """CudnnRNNV3 forward / CudnnRNNBackpropV3 backward; ``attrs`` is a dict of the op's attributes."""
 
     @staticmethod
-    def forward(ctx, input, input_h, input_c, params, sequence_lengths, attrs, is_training):
+    def forward(ctx, input, input_h, input_c, params, sequence_lengths, attrs, is_training, grad_enabled):
         tensors = {"input": input, "input_h": input_h, "params": params}
         if input_c is not None:
             tensors["input_c"] = input_c
@@ -88,7 +88,8 @@ class _CudnnRNNFunction(torch.autograd.Function):
             T = input.shape[0 if attrs["time_major"] else 1] if input.dim() == 3 else 0
             B = input.shape[1 if attrs["time_major"] else 0] if input.dim() == 3 else 0
             lengths = np.full(B, T, dtype=np.int64)
-        needs_grad = any(ctx.needs_input_grad[:4])
+        # (needs_input_grad only reflects requires_grad: under torch.no_grad it is still True)
+        needs_grad = grad_enabled and any(ctx.needs_input_grad[:4])
         # Gradients need a training forward (its reserve_space).  In inference mode there is
         # no dropout, so the training forward runs with dropout=0: the same values.  Without
         # dropout, training and inference forwards are bit-identical; the inference one keeps
@@ -132,7 +133,7 @@ class _CudnnRNNFunction(torch.autograd.Function):
                 torch.from_numpy(grads.input_h_backprop) if need[1] else None,
                 d_c,
                 torch.from_numpy(grads.params_backprop) if need[3] else None,
-                None, None, None)
+                None, None, None, None)
 
 
 @torch.compiler.disable  # opaque to torch.compile: the NumPy body must not be traced
@@ -162,7 +163,7 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
     attrs = dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
                  seed2=seed2, num_proj=num_proj, time_major=time_major)
     return _CudnnRNNFunction.apply(input, input_h, input_c, params, sequence_lengths, attrs,
-                                   bool(is_training))
+                                   bool(is_training), torch.is_grad_enabled())
 
 
 # ----------------------------------------------------------------------------------------------
