@@ -192,7 +192,7 @@ def test_float32_and_jit():
     loss = jax.jit(jax.value_and_grad(lambda x, h0, c0, w, lengths: weighted_sum(ours(x, h0, c0, w, lengths)),
                                       argnums=(0, 1, 2, 3)))
     first, second = loss(*args), loss(args[0] * 2, *args[1:])
-    np.testing.assert_allclose(np.asarray(first[0]), np.asarray(weighted_sum(eager)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(first[0]), np.asarray(weighted_sum(eager)), rtol=1e-5)
     assert first[1][3].dtype == jnp.float32 and not np.allclose(np.asarray(first[0]), np.asarray(second[0]))
 
 
@@ -204,8 +204,8 @@ def test_vmap_runs_per_element():
     xs = jnp.stack([x, -x, 0.5 * x])
     batched = jax.vmap(loss, in_axes=(0, None))(xs, w)
     expected = loss(xs[1], w)
-    for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(expected)):
-        np.testing.assert_array_equal(np.asarray(a)[1], np.asarray(b))
+    for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(expected)):  # XLA may reorder the sums
+        np.testing.assert_allclose(np.asarray(a)[1], np.asarray(b), rtol=1e-6, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------
