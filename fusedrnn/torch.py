@@ -84,9 +84,9 @@ class _CudnnRNNFunction(torch.autograd.Function):
                             + ", ".join(f"{n}={t.dtype}" for n, t in tensors.items()))
         c = arrays.get("input_c", np.zeros((), arrays["input"].dtype))
         lengths = _lengths_numpy(sequence_lengths)
-        if lengths is None:
-            T = input.shape[0 if attrs["time_major"] else 1] if input.dim() == 3 else 0
-            B = input.shape[1 if attrs["time_major"] else 0] if input.dim() == 3 else 0
+        if lengths is None:  # every sequence has length T (the op reports an input of the wrong rank)
+            dims = tuple(input.shape[:2]) if input.dim() == 3 else (0, 0)
+            T, B = dims if attrs["time_major"] else dims[::-1]
             lengths = np.full(B, T, dtype=np.int64)
         # (needs_input_grad only reflects requires_grad: under torch.no_grad it is still True)
         needs_grad = grad_enabled and any(ctx.needs_input_grad[:4])
@@ -101,7 +101,8 @@ class _CudnnRNNFunction(torch.autograd.Function):
         output, output_h, output_c = (torch.from_numpy(a) for a in result[:3])
         if needs_grad:
             # the inputs through autograd (its version counters catch in-place changes before
-            # the backward); the forward's own results as NumPy arrays
+            # the backward); the forward's results as NumPy arrays (the backprop only checks the
+            # shapes of output, output_h, output_c; reserve_space holds what it reads)
             ctx.save_for_backward(input, input_h, input_c, params)
             ctx.arrays = dict(output=result.output, output_h=result.output_h, output_c=result.output_c,
                               reserve_space=result.reserve_space, host_reserved=result.host_reserved,
