@@ -137,7 +137,8 @@ class _CudnnRNNFunction(torch.autograd.Function):
                 None, None, None, None)
 
 
-@torch.compiler.disable  # opaque to torch.compile: the NumPy body must not be traced
+@torch.compiler.disable(reason="fusedrnn.torch.cudnn_rnn runs NumPy code on the host: it is a graph break "
+                                "and runs eagerly (fullgraph=True cannot include it)")
 def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mode="lstm",
               input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0, seed2=0,
               num_proj=0, time_major=True, is_training=True):
@@ -159,7 +160,9 @@ def cudnn_rnn(input, input_h, input_c, params, sequence_lengths=None, *, rnn_mod
     backward is not supported.  Dropout masks are a pure function of ``(seed, seed2)``.
 
     Under ``torch.compile`` this call is a graph break (``torch.compiler.disable``): it runs
-    eagerly, the code around it is compiled.
+    eagerly, the code around it is compiled (``fullgraph=True`` therefore fails, naming this
+    reason).  ``torch.func`` transforms (``vmap``, ``grad``, ...) are not supported: PyTorch
+    raises its own error for an autograd.Function without ``setup_context``.
     """
     attrs = dict(rnn_mode=rnn_mode, input_mode=input_mode, direction=direction, dropout=dropout, seed=seed,
                  seed2=seed2, num_proj=num_proj, time_major=time_major)

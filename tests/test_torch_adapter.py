@@ -378,8 +378,12 @@ def check_torch_compile(backend):
 
 def test_torch_compile_runs_the_op_eagerly(torch):
     """torch.compile works: the fusedrnn call is a graph break (torch.compiler.disable) and runs
-    eagerly; the code around it is traced (aot_eager: the autograd tracing, no C++ compile)."""
+    eagerly; the code around it is traced (aot_eager: the autograd tracing, no C++ compile).
+    fullgraph=True fails with a message that says why."""
     check_torch_compile("aot_eager")
+    gru = ft.CudnnGRU(3, 4)
+    with pytest.raises(Exception, match="runs NumPy code on the host: it is a graph break"):
+        torch.compile(lambda x: gru(x)[0], fullgraph=True, backend="aot_eager")(torch.randn(5, 2, 3))
 
 
 @pytest.mark.slow
