@@ -21,6 +21,17 @@ from . import raw_ops  # noqa: E402
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    """``fusedrnn.torch`` / ``fusedrnn.jax``: the framework adapters, imported on first use
+    (so that ``import fusedrnn`` never imports PyTorch or JAX)."""
+    if name in ("torch", "jax"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "cudnn_rnn", "cudnn_rnn_v2", "cudnn_rnn_v3", "cudnn_rnn_backprop", "cudnn_rnn_backprop_v2",
     "cudnn_rnn_backprop_v3", "cudnn_rnn_params_size", "cudnn_rnn_params_to_canonical",
