@@ -5,8 +5,5 @@ parser's ``func`` default to a function ``func(args) -> int`` (the exit status).
 subcommands live here; optional ones from other parts of the package (``fusedrnn.convert.cli``)
 are added when they are present.  Heavy imports (matplotlib, tqdm, torch, TensorFlow) happen
 inside ``func``, never at registration, so ``--help`` stays fast and ``import fusedrnn`` light.
+The entry point is :func:`fusedrnn.cli.main.main` (``argv -> exit status``).
 """
-
-from .main import build_parser, main
-
-__all__ = ["build_parser", "main"]
