@@ -76,6 +76,9 @@ def test_runtime_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
     assert_one_line_error(result, 1, "fusedrnn demo: error: FileNotFoundError:", str(missing))
     debug = fusedrnn_cli("demo", "--out", tmp_path, "--resume", missing, "--debug")
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr
+    too_long = fusedrnn_cli("demo", "--seq-len", 5000, "--out", tmp_path / "never")
+    assert_one_line_error(too_long, 1, "ValueError: --batch 32 x --seq-len 5000 does not fit the training text")
+    assert not (tmp_path / "never").exists()
 
 
 def test_optional_subcommand_modules_are_skipped_only_when_absent(monkeypatch, tmp_path):
@@ -244,7 +247,7 @@ def test_demo_trains_saves_reloads_and_resumes(tmp_path):
     assert_one_line_error(conflict, 1, "--mode gru does not match the model")
 
 
-@pytest.mark.parametrize("mode,extra", [("gru", ["--layers", "1"]), ("rnn_tanh", ["--bidirectional"])],
+@pytest.mark.parametrize("mode,extra", [("gru", ["--layers", "1", "--threads", "1"]), ("rnn_tanh", ["--bidirectional"])],
                          ids=["gru-lm", "rnn_tanh-bidirectional-classifier"])
 def test_demo_other_modes_learn(tmp_path, mode, extra):
     result = fusedrnn_cli("demo", *SMALL, "--mode", mode, *extra, "--steps", 30, "--seed", 3, "--out", tmp_path)

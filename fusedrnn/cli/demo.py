@@ -45,6 +45,7 @@ from ._common import add_command, missing_extra, positive_int
 TEXT_FILE = "macbeth.txt"
 CLASSES = ("lowercase letter", "uppercase letter", "space", "newline", "punctuation")
 HELD_OUT_FRACTION = 0.1
+HELD_OUT_BATCH = 16  # parallel streams when the language model reads the held-out text
 PROMPT = "MACBETH:\n"
 MODEL_FILE = "model.npz"
 PLOT_FILE = "loss.png"
@@ -313,7 +314,7 @@ class Corpus:
 def held_out_loss(config: Config, weights: dict, corpus: Corpus) -> tuple[float, float | None]:
     """Mean held-out cross-entropy (nats) and, for the classifier, accuracy."""
     if config.task == "lm":
-        batch = 16
+        batch = HELD_OUT_BATCH
         state = zero_state(config, batch)
         losses = []
         for window in range(corpus.lm_windows_per_epoch(corpus.held_out, batch)):
@@ -353,16 +354,17 @@ def generate(config: Config, weights: dict, prompt: str, length: int, rng: np.ra
 
 
 def cloze_examples(config: Config, weights: dict, corpus: Corpus, count: int = 4) -> str:
-    """A few held-out windows with the masked middle shown as ``_``, the prediction and the truth."""
+    """A few held-out windows with the masked middle shown as ``_`` (newlines as ``\\n``), the
+    prediction and the truth."""
     tokens, targets = corpus.cloze_batch(corpus.held_out, np.random.default_rng(7), count)
     _, fwd = forward(config, weights, tokens, zero_state(config, count), training=False)
     predicted = (_readout_positions(config, fwd.output) @ weights["w_out"] + weights["b_out"]).argmax(axis=1)
     lines = []
     for b in range(count):
         chars = ["_" if t == len(config.vocab) else config.vocab[t] for t in tokens[:, b]]
-        shown = "".join(chars).replace("\n", "⏎")
+        shown = "".join(chars).replace("\n", "\\n")
         verdict = "right" if predicted[b] == targets[b] else "wrong"
-        lines.append(f"  {shown!s:<{config.seq_len}}  -> {CLASSES[predicted[b]]:<17} "
+        lines.append(f"  {shown:<{config.seq_len + 8}} -> {CLASSES[predicted[b]]:<17} "
                      f"(truth: {CLASSES[targets[b]]}, {verdict})")
     return "\n".join(lines)
 
@@ -447,11 +449,29 @@ def plot_losses(path: Path, config: Config, losses: list, held_out: list) -> Non
 # Threads and the command
 
 
+@contextlib.contextmanager
+def _openblas_threads(threads: int):
+    """NumPy's OpenBLAS on ``threads`` threads (the handle :mod:`fusedrnn.settings` found),
+    restored on exit."""
+    from .. import settings
+
+    blas = settings._get_blas()
+    if not blas.controllable:
+        raise RuntimeError("--threads: cannot control this NumPy's BLAS library; "
+                           "pip install threadpoolctl, or set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS")
+    saved = blas.get()
+    blas.set(threads)
+    try:
+        yield
+    finally:
+        blas.set(saved)
+
+
 def thread_scope(threads: int | None):
     """A context in which compute uses ``threads`` threads: ``fusedrnn.set_num_threads`` when this
-    fusedrnn has it, else threadpoolctl's BLAS limit, else (for 1) fusedrnn's single-thread BLAS."""
+    fusedrnn has it, else threadpoolctl's BLAS limit when installed, else NumPy's OpenBLAS
+    directly."""
     import fusedrnn
-    from .. import settings
 
     if threads is None:
         return contextlib.nullcontext()
@@ -462,10 +482,7 @@ def thread_scope(threads: int | None):
         import threadpoolctl
 
         return threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
-    if threads == 1:
-        return settings.single_thread_blas()
-    raise ImportError("--threads above 1 needs fusedrnn.set_num_threads or threadpoolctl: "
-                      "pip install threadpoolctl")
+    return _openblas_threads(threads)
 
 
 def _require_demo_extras() -> None:
@@ -490,6 +507,16 @@ def _check_resume_matches(args, config: Config, path: Path) -> None:
                              f"({name}={getattr(config, name)}); leave it out to resume")
 
 
+def _check_sizes(config: Config, corpus: Corpus) -> None:
+    """Each part of the text must hold at least one batch of ``--batch`` x ``--seq-len``."""
+    for part, ids, batch in (("training", corpus.train, config.batch), ("held-out", corpus.held_out, HELD_OUT_BATCH)):
+        fits = (corpus.lm_windows_per_epoch(ids, batch) >= 1 if config.task == "lm"
+                else config.seq_len < len(ids))
+        if not fits:
+            raise ValueError(f"--batch {config.batch} x --seq-len {config.seq_len} does not fit the {part} text "
+                             f"({len(ids):,} characters); use smaller values")
+
+
 def run(args) -> int:
     _require_demo_extras()
     if args.seq_len < 3 and args.bidirectional:
@@ -497,7 +524,6 @@ def run(args) -> int:
     from tqdm import tqdm
 
     text = load_text()
-    args.out.mkdir(parents=True, exist_ok=True)
     model_path = args.out / MODEL_FILE
     if args.resume is not None:
         resume_path = model_path if args.resume is True else args.resume
@@ -509,6 +535,7 @@ def run(args) -> int:
         weights = init_weights(config, np.random.default_rng(config.seed))
         adam, losses, position, held_out = Adam(weights, config.lr), [], 0, []
     corpus = Corpus(text, config)
+    _check_sizes(config, corpus)
     what = ("next-character language model" if config.task == "lm"
             else f"masked-middle-character classifier ({len(CLASSES)} classes)")
     n_params = sum(w.size for w in weights.values())
@@ -554,6 +581,7 @@ def run(args) -> int:
         held_out.append((adam.step, loss_after))
         show_sample(config, weights, corpus, f"sample after training (step {adam.step})", args.sample_len)
 
+    args.out.mkdir(parents=True, exist_ok=True)
     save_model(model_path, config, weights, adam, losses, position, held_out)
     plot_path = args.out / PLOT_FILE
     plot_losses(plot_path, config, losses, held_out)

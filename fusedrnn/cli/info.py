@@ -77,7 +77,10 @@ def _blas() -> dict:
         if pools:
             return {"source": "threadpoolctl", "libraries": pools}
     probe = settings.blas_info()
-    config = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
+    try:
+        config = np.show_config(mode="dicts")
+    except TypeError:  # NumPy < 1.26 can only print its configuration
+        config = {}
     blas_name = config.get("Build Dependencies", {}).get("blas", {}).get("name")
     return {"source": "fusedrnn.settings.blas_info", "libraries": [
         {"library": blas_name, "path": probe["library"], "version": None, "threads": probe["threads"]}]}
