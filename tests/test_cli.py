@@ -120,7 +120,7 @@ def test_info_text():
     out = result.stdout
     assert out.startswith(f"fusedrnn   {fusedrnn.__version__}\n")
     for fragment in (f"numpy      {np.__version__}", "blas ", "backend ", "float64", "matplotlib",
-                     "fusedrnn[demo]", "optional frameworks:"):
+                     "fusedrnn[demo]", "optional frameworks"):
         assert fragment in out, fragment
 
 

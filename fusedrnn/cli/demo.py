@@ -450,15 +450,18 @@ def plot_losses(path: Path, config: Config, losses: list, held_out: list) -> Non
 
 
 @contextlib.contextmanager
-def _openblas_threads(threads: int):
+def _openblas_threads(threads: int, required: bool):
     """NumPy's OpenBLAS on ``threads`` threads (the handle :mod:`fusedrnn.settings` found),
-    restored on exit."""
+    restored on exit; when it cannot be controlled, an error if ``required``, else nothing."""
     from .. import settings
 
     blas = settings._get_blas()
     if not blas.controllable:
-        raise RuntimeError("--threads: cannot control this NumPy's BLAS library; "
-                           "pip install threadpoolctl, or set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS")
+        if required:
+            raise RuntimeError("--threads: cannot control this NumPy's BLAS library; pip install "
+                               "threadpoolctl, or set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS")
+        yield
+        return
     saved = blas.get()
     blas.set(threads)
     try:
@@ -468,21 +471,21 @@ def _openblas_threads(threads: int):
 
 
 def thread_scope(threads: int | None):
-    """A context in which compute uses ``threads`` threads: ``fusedrnn.set_num_threads`` when this
-    fusedrnn has it, else threadpoolctl's BLAS limit when installed, else NumPy's OpenBLAS
-    directly."""
+    """A context in which compute uses ``threads`` threads: the native engine's team size
+    (``fusedrnn.set_num_threads``, when this fusedrnn has one) and the BLAS thread count
+    (threadpoolctl when installed, else NumPy's OpenBLAS directly)."""
     import fusedrnn
 
     if threads is None:
         return contextlib.nullcontext()
-    if hasattr(fusedrnn, "set_num_threads"):
+    has_native_threads = hasattr(fusedrnn, "set_num_threads")
+    if has_native_threads:
         fusedrnn.set_num_threads(threads)
-        return contextlib.nullcontext()
     if importlib.util.find_spec("threadpoolctl") is not None:
         import threadpoolctl
 
         return threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
-    return _openblas_threads(threads)
+    return _openblas_threads(threads, required=not has_native_threads)
 
 
 def _require_demo_extras() -> None:

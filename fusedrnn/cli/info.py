@@ -16,18 +16,20 @@ import sys
 
 from ._common import add_command
 
-# (import name, distribution names to read the version from, pip extra of fusedrnn, what for)
+# (import name, distribution names to read the version from, pip extra of fusedrnn, what for).
+# The torch / jax / onnx / keras extras belong to the integrations (fusedrnn.torch, fusedrnn.jax,
+# the ONNX export and the checkpoint converter); TensorFlow is only an oracle, in the test extra.
 OPTIONAL_PACKAGES = (
-    ("torch", ("torch",), "test", "PyTorch oracle (fusedrnn check, tests)"),
-    ("jax", ("jax",), None, "JAX interop"),
-    ("tensorflow", ("tensorflow-cpu", "tensorflow"), "test", "TensorFlow oracle (fusedrnn check, tests)"),
-    ("onnx", ("onnx",), None, "ONNX export"),
-    ("onnxruntime", ("onnxruntime",), None, "ONNX runtime"),
-    ("keras", ("keras",), None, "Keras checkpoints"),
-    ("h5py", ("h5py",), None, "Keras .h5 checkpoints"),
+    ("torch", ("torch",), "torch", "fusedrnn.torch; PyTorch oracle (check, tests)"),
+    ("jax", ("jax",), "jax", "fusedrnn.jax"),
+    ("tensorflow", ("tensorflow-cpu", "tensorflow"), "test", "TensorFlow oracle (check, tests)"),
+    ("onnx", ("onnx",), "onnx", "ONNX export"),
+    ("onnxruntime", ("onnxruntime",), "onnx", "running exported ONNX models"),
+    ("keras", ("keras",), None, "Keras models (comes with TensorFlow)"),
+    ("h5py", ("h5py",), "keras", "Keras .h5 checkpoints"),
     ("matplotlib", ("matplotlib",), "demo", "demo loss-curve plot"),
     ("tqdm", ("tqdm",), "demo", "demo progress bar"),
-    ("threadpoolctl", ("threadpoolctl",), None, "BLAS thread report"),
+    ("threadpoolctl", ("threadpoolctl",), None, "BLAS thread report and control"),
 )
 
 SUPPORTED_DTYPES = {
@@ -133,11 +135,10 @@ def _print_text(report: dict) -> None:
         print(f"           native engine unavailable: {backend['native_error']}")
     for ops, dtypes in report["dtypes"].items():
         print(f"dtypes     {ops}: {', '.join(dtypes)}")
-    print("optional frameworks:")
+    print("optional frameworks (package, version, the extra that installs it, used for):")
     for row in report["optional"]:
         state = f"{row['version'] or 'installed'}" if row["installed"] else "not installed"
-        extra = f"  [{row['extra']}]" if row["extra"] else ""
-        print(f"  {row['package']:<14}{state:<16}{row['for']}{extra}")
+        print(f"  {row['package']:<14}{state:<15} {row['extra'] or '-':<17} {row['for']}")
 
 
 def run(args) -> int:
