@@ -247,7 +247,7 @@ def test_demo_trains_saves_reloads_and_resumes(tmp_path):
     assert_one_line_error(conflict, 1, "--mode gru does not match the model")
 
 
-@pytest.mark.parametrize("mode,extra", [("gru", ["--layers", "1", "--threads", "1"]), ("rnn_tanh", ["--bidirectional"])],
+@pytest.mark.parametrize("mode,extra", [("gru", ["--layers", "1", "--threads", "2"]), ("rnn_tanh", ["--bidirectional"])],
                          ids=["gru-lm", "rnn_tanh-bidirectional-classifier"])
 def test_demo_other_modes_learn(tmp_path, mode, extra):
     result = fusedrnn_cli("demo", *SMALL, "--mode", mode, *extra, "--steps", 30, "--seed", 3, "--out", tmp_path)
