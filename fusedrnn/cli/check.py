@@ -54,7 +54,11 @@ def _check_sources(args):
 
 
 def run(args) -> int:
+    from .. import __version__
+    from .info import backend
+
     started = time.perf_counter()
+    print(f"fusedrnn {__version__}, backend: {backend().get('backend')}")
     print(_row("check", "configuration", "max error", "tolerance", "result"))
     print("-" * (FAMILY_WIDTH + CONFIG_WIDTH + 30))
     passed = failed = 0

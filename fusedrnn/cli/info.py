@@ -88,7 +88,8 @@ def _blas() -> dict:
         {"library": blas_name, "path": probe["library"], "version": None, "threads": probe["threads"]}]}
 
 
-def _backend() -> dict:
+def backend() -> dict:
+    """``fusedrnn.settings.backend_info()`` where this fusedrnn has it, else the NumPy reference."""
     from .. import settings
 
     if hasattr(settings, "backend_info"):
@@ -110,7 +111,7 @@ def collect() -> dict:
         "machine": platform.machine(),
         "numpy": np.__version__,
         "blas": _blas(),
-        "backend": _backend(),
+        "backend": backend(),
         "dtypes": SUPPORTED_DTYPES,
         "optional": _optional_packages(),
     }

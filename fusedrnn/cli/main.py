@@ -1,14 +1,15 @@
 """Parser assembly and error handling of the ``fusedrnn`` command line.
 
 Exit statuses: 0 success; 1 a subcommand failed (one ``fusedrnn <command>: error: ...`` line on
-stderr, no traceback unless ``--debug``); 2 bad arguments (argparse: usage plus one error line);
-130 interrupted.
+stderr, no traceback unless ``--debug``) or its output pipe closed; 2 bad arguments (argparse:
+usage plus one error line); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import check, demo, info
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader went away (`fusedrnn check | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's documented recipe
+        return 1
     except KeyboardInterrupt:
         print(f"fusedrnn {args.command}: interrupted", file=sys.stderr)
         return 130
