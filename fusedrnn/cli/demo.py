@@ -526,6 +526,8 @@ def run(args) -> int:
         raise ValueError(f"--seq-len must be >= 3 with --bidirectional (a middle and both sides), got {args.seq_len}")
     from tqdm import tqdm
 
+    if args.out.exists() and not args.out.is_dir():
+        raise NotADirectoryError(f"--out {args.out} exists and is not a folder")
     text = load_text()
     model_path = args.out / MODEL_FILE
     if args.resume is not None:
