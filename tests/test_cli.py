@@ -304,3 +304,19 @@ def test_console_script_and_extras_declared():
     assert {"matplotlib", "tqdm"} <= names
     assert all(requirement in extras["test"] for requirement in extras["demo"])
     assert "data/*.txt" in project["tool"]["setuptools"]["package-data"]["fusedrnn"]
+
+
+def test_convert_subcommand_is_wired(tmp_path):
+    """``python -m fusedrnn convert``: .npz -> .npz through the real entry point; a bad DST is one
+    line and exit status 1, like the other subcommands' runtime errors."""
+    from fusedrnn.convert import CudnnWeights
+
+    n = int(fusedrnn.cudnn_rnn_params_size(1, 3, 2)[0])
+    weights = CudnnWeights(np.arange(n, dtype=np.float32), rnn_mode="lstm", num_layers=1, num_units=3,
+                           input_size=2)
+    weights.save(tmp_path / "a.npz")
+    result = fusedrnn_cli("convert", tmp_path / "a.npz", tmp_path / "b.npz")
+    assert result.returncode == 0, result.stderr
+    assert CudnnWeights.load(tmp_path / "b.npz") == weights
+    assert_one_line_error(fusedrnn_cli("convert", tmp_path / "a.npz", tmp_path / "b.txt"), 1,
+                          "DST must end in .npz, .pt or .onnx")

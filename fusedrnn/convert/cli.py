@@ -76,7 +76,7 @@ def _write(w: CudnnWeights, dst: str, args) -> None:
 
 
 def run(args) -> int:
-    """Execute ``convert``; returns the exit status (0 ok, 2 error, message on stderr)."""
+    """Execute ``convert``; returns the exit status (0 ok, 1 error: one line on stderr, like the other subcommands)."""
     try:
         found = _load(args)
         if args.list:
@@ -101,4 +101,4 @@ def run(args) -> int:
     except (ValueError, KeyError, ImportError, OSError) as exc:
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"fusedrnn convert: error: {message}".splitlines()[0], file=sys.stderr)
-        return 2
+        return 1
