@@ -67,6 +67,13 @@ def convert_python_value(value, name: str, dtype: np.dtype, kinds: str = "iuf") 
                          f"list of numbers ({exc})") from None
     except TypeError as exc:
         raise TypeError(f"{name} cannot be converted to a tensor of dtype {dtype.name}: {text} ({exc})") from None
+    if array.dtype.kind == "O" and all(type(v) is int for v in array.flat):  # ints beyond int64
+        if dtype.kind == "f":
+            try:
+                return array.astype(np.float64).astype(dtype)
+            except OverflowError:
+                pass
+        raise ValueError(f"{name} cannot be converted to {dtype.name}: {text} is out of range")
     if array.dtype.kind == "b":
         raise TypeError(f"{name} must hold numbers, got bool {text} (bools are not converted to {dtype.name})")
     if array.dtype.kind not in kinds:
