@@ -467,7 +467,9 @@ def cudnn_rnn(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="l
     """TF ``CudnnRNN``: time-major forward of a stacked, fixed-length RNN.
 
     input [T, B, I], input_h [L*D, B, Hout], input_c [L*D, B, H] (lstm; ignored
-    otherwise), params: flat cuDNN buffer (see :mod:`fusedrnn.layout`).
+    otherwise), params: flat cuDNN buffer (see :mod:`fusedrnn.layout`).  ``dropout`` in
+    ``[0, 1]`` acts between layers in training only; 1 drops everything (module doc).
+    Tensor inputs may be Python numbers or lists (converted to the arrays' dtype, else float32).
     Returns ``(output [T, B, D*Hout], output_h, output_c, reserve_space)``.
     """
     attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2)
