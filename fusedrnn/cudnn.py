@@ -309,8 +309,8 @@ def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, trai
     G, H, Hout, D = config.num_gates, config.num_units, config.hidden_out, config.num_dirs
     width = max(config.input_size, D * Hout)
     one_trace = [shape for _, shape in reserve.trace_items(config.rnn_mode, T, B, H, Hout)]
-    # params_size x 8: the flat gradient, the weights, and the (<= 6) partial weight-gradient GEMMs
-    work = one_trace + [(T, B, G * H)] * 2 + [(T, B, width)] * 4 + [(config.params_size,)] * 8
+    # params_size x 4: the flat gradient, the weights, a weight-gradient GEMM's sum and block product
+    work = one_trace + [(T, B, G * H)] * 2 + [(T, B, width)] * 4 + [(config.params_size,)] * 4
     total = resources.nbytes_of(work, compute.itemsize)
     total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
     if training or backward:

@@ -47,11 +47,11 @@ def input_projection(x: np.ndarray, w_input: np.ndarray | None, bias: np.ndarray
 #   column sums: blocks of SUM_BLOCK_ROWS rows are summed in float32, the block sums in float64,
 #     and the result is rounded once: error <= (γ_{15} + u) Σ|terms| (u = 2**-24, γ_k = k u / (1 - k u));
 #   GEMMs (``gram``): BLAS multiplies blocks of GRAM_BLOCK_ROWS rows (N / GRAM_MAX_BLOCKS when that
-#     is more); the block products are added pairwise: error <= γ_{rows - 1 + 2⌈log2 blocks⌉} Σ|a_i b_i|.
+#     is more) and the block products are added up: error <= γ_{rows - 1 + blocks - 1} Σ|a_i b_i|.
 # float64 runs as one sum / one GEMM.
 SUM_BLOCK_ROWS = 16
 GRAM_BLOCK_ROWS = 64
-GRAM_MAX_BLOCKS = 16  # at most 16 block products, so at most 5 partial results are alive
+GRAM_MAX_BLOCKS = 16  # at most 16 block products
 
 
 def column_sum(a: np.ndarray) -> np.ndarray:
@@ -78,32 +78,16 @@ def product_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``aᵀ b`` for ``a[N, m]``, ``b[N, n]`` → ``[m, n]``; float32 by row blocks whose products
-    are added pairwise (a binary counter of partial sums, in preallocated slots; see above)."""
+    are accumulated in order (see above; one extra ``[m, n]`` buffer)."""
     N = a.shape[0]
     rows = max(GRAM_BLOCK_ROWS, -(-N // GRAM_MAX_BLOCKS))
     if a.dtype == np.float64 or N <= rows:
         return a.T @ b
-    blocks = -(-N // rows)
-    slots = np.empty((blocks.bit_length() + 1, a.shape[1], b.shape[1]), dtype=np.result_type(a, b))
-    free = list(range(len(slots)))
-    levels: list = []  # levels[k]: the slot holding the sum of 2**k consecutive blocks, or None
-    for start in range(0, N, rows):
-        slot = free.pop()
-        np.matmul(a[start:start + rows].T, b[start:start + rows], out=slots[slot])
-        k = 0
-        while k < len(levels) and levels[k] is not None:
-            slots[slot] += slots[levels[k]]
-            free.append(levels[k])
-            levels[k] = None
-            k += 1
-        if k == len(levels):
-            levels.append(slot)
-        else:
-            levels[k] = slot
-    held = [slot for slot in levels if slot is not None]  # smallest partial sums first
-    total = slots[held[0]]
-    for slot in held[1:]:
-        total += slots[slot]
+    total = a[:rows].T @ b[:rows]
+    part = np.empty_like(total)
+    for start in range(rows, N, rows):
+        np.matmul(a[start:start + rows].T, b[start:start + rows], out=part)
+        total += part
     return total
 
 
