@@ -46,12 +46,15 @@ def input_projection(x: np.ndarray, w_input: np.ndarray | None, bias: np.ndarray
 # so the rounding error grows with N.  Instead, in float32:
 #   column sums: blocks of SUM_BLOCK_ROWS rows are summed in float32, the block sums in float64,
 #     and the result is rounded once: error <= (γ_{15} + u) Σ|terms| (u = 2**-24, γ_k = k u / (1 - k u));
-#   GEMMs (``gram``): BLAS multiplies blocks of GRAM_BLOCK_ROWS rows (N / GRAM_MAX_BLOCKS when that
-#     is more) and the block products are added up: error <= γ_{rows - 1 + blocks - 1} Σ|a_i b_i|.
+#   GEMMs (``gram``): BLAS multiplies blocks of ``rows`` = max(GRAM_BLOCK_ROWS, N / GRAM_MAX_BLOCKS)
+#     rows; the products of up to
+#     GRAM_GROUP_BLOCKS consecutive blocks are added in float32, those group sums in float64, and
+#     the result is rounded once: error <= (γ_{rows - 1 + GRAM_GROUP_BLOCKS} + u) Σ|a_i b_i|.
 # float64 runs as one sum / one GEMM.
 SUM_BLOCK_ROWS = 16
 GRAM_BLOCK_ROWS = 64
-GRAM_MAX_BLOCKS = 16  # at most 16 block products
+GRAM_MAX_BLOCKS = 32
+GRAM_GROUP_BLOCKS = 8
 
 
 def column_sum(a: np.ndarray) -> np.ndarray:
@@ -76,19 +79,36 @@ def product_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("tbk,tbk->k", a, b, dtype=np.float64, casting="same_kind").astype(a.dtype)
 
 
+def gram_block_rows(N: int) -> int:
+    """Rows per BLAS block for ``N`` rows: GRAM_BLOCK_ROWS, more when that would make more than
+    GRAM_MAX_BLOCKS blocks (fewer, larger GEMMs: the time stays within a few % of one GEMM)."""
+    return max(GRAM_BLOCK_ROWS, -(-N // GRAM_MAX_BLOCKS))
+
+
 def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``aᵀ b`` for ``a[N, m]``, ``b[N, n]`` → ``[m, n]``; float32 by row blocks whose products
-    are accumulated in order (see above; one extra ``[m, n]`` buffer)."""
+    """``aᵀ b`` for ``a[N, m]``, ``b[N, n]`` → ``[m, n]``; float32 by row blocks (see above: the
+    products of up to GRAM_GROUP_BLOCKS blocks are added in float32, the group sums in float64)."""
     N = a.shape[0]
-    rows = max(GRAM_BLOCK_ROWS, -(-N // GRAM_MAX_BLOCKS))
+    rows = gram_block_rows(N)
     if a.dtype == np.float64 or N <= rows:
         return a.T @ b
-    total = a[:rows].T @ b[:rows]
-    part = np.empty_like(total)
-    for start in range(rows, N, rows):
-        np.matmul(a[start:start + rows].T, b[start:start + rows], out=part)
-        total += part
-    return total
+    group_rows = rows * GRAM_GROUP_BLOCKS
+    total = part = None
+    for group_start in range(0, N, group_rows):
+        group_end = min(group_start + group_rows, N)
+        group = a[group_start:group_start + rows].T @ b[group_start:group_start + rows]
+        if part is None:
+            part = np.empty_like(group)
+        for start in range(group_start + rows, group_end, rows):
+            np.matmul(a[start:start + rows].T, b[start:start + rows], out=part)
+            group += part
+        if N <= group_rows:
+            return group
+        if total is None:
+            total = group.astype(np.float64)
+        else:
+            total += group
+    return total.astype(a.dtype)
 
 
 def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
