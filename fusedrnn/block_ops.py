@@ -57,7 +57,7 @@ from .engines.gru_block import gru_block_backward, gru_block_forward
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, lstm_backward, lstm_forward
 from . import resources
 from .settings import public_op
-from .validate import as_array, bool_attr, compute_dtype, float_arrays, float_attr, shape_str
+from .validate import bool_attr, compute_dtype, float_arrays, float_attr, int_array, shape_str
 
 __all__ = [
     "block_lstm", "block_lstm_v2", "block_lstm_grad", "block_lstm_grad_v2", "lstm_block_cell",
@@ -146,10 +146,7 @@ def _seq_len_max(value):
     """Type check only (TensorFlow converts it first); rank and range are checked in order later."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"seq_len_max must be an integer scalar (bools are rejected), got bool {value!r}")
-    array = as_array(value, "seq_len_max")
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"seq_len_max must be an integer scalar (int32, int64, ...), got dtype {array.dtype}")
-    return array
+    return int_array(value, "seq_len_max", np.int64, "an integer scalar: int64 as in TF, int32, ...")
 
 
 def _check_seq_len_max_rank(seq_len_max: np.ndarray) -> None:
@@ -330,7 +327,7 @@ def _ensure_fits(op: str, dtype: np.dtype, T: int, L: int, B: int, I: int, n: in
     """
     cd = compute_dtype(dtype)
     outputs = [(T, B, I), (I + n, 4 * n)] if grad else [(T, B, n)] * 7
-    work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 2
+    work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 4  # 2: GEMM block products
     nbytes = resources.nbytes_of(outputs, dtype.itemsize) + resources.nbytes_of(work, cd.itemsize)
     resources.ensure_fits(nbytes, op, f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
                           f"cell size {n}")

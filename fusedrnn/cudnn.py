@@ -21,6 +21,15 @@ keep mask of layer ``l``'s output (the input of layer ``l+1``) is
 ``k = ((seed << 32) | seed2) mod 2**64`` (TF's seed packing, negative values
 taken mod 2**64); kept elements are scaled by ``1/(1-dropout)``.  The masks do not
 depend on ``time_major``, and are stored in ``reserve_space`` for the backprop.
+
+``dropout`` is a float32 attribute (TF's attr type; it is rounded to float32 first) in
+``[0, 1]``.  ``dropout = 1`` drops every element: the mask is all zeros (the kept-element
+scale is defined as 0, since nothing is kept), so layer ``l+1`` receives exact zeros — no
+``1/(1-p)`` overflow, no NaN — and the gradient reaching layers ``0..L-2`` from above is 0
+(they still get the gradients of their own ``output_h``/``output_c``).  This is the limit of
+what training with ``dropout -> 1`` produces (the chance that any element is kept goes to 0),
+and what PyTorch's ``dropout(p=1)`` returns.  Just below 1 the kept elements are scaled by the
+large but finite ``1/(1-dropout)`` (e.g. 8.4e6 for the float32 attribute nearest ``1-1e-7``).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from .engines import lstm as lstm_engine
 from .engines import simple_rnn as rnn_engine
 from .layout import RNNConfig
 from .settings import public_op
-from .validate import (as_array, bool_attr, choice_attr, compute_dtype, float_arrays, float_attr,
+from .validate import (bool_attr, choice_attr, compute_dtype, float_arrays, float_attr, int_array,
                        int_scalar, shape_str)
 
 
@@ -82,9 +91,10 @@ def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj=0) ->
     rnn_mode = choice_attr(rnn_mode, "rnn_mode", layout.RNN_MODES)
     input_mode = choice_attr(input_mode, "input_mode", layout.INPUT_MODES)
     direction = choice_attr(direction, "direction", layout.DIRECTIONS)
-    dropout = float_attr(dropout, "dropout")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    given = float_attr(dropout, "dropout")
+    dropout = float(np.float32(given))  # a float32 attribute, as in TF
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"dropout must be in [0, 1], got {given}")
     seed = int_scalar(seed, "seed")
     seed2 = int_scalar(seed2, "seed2")
     num_proj = int_scalar(num_proj, "num_proj")
@@ -194,10 +204,7 @@ def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool,
 def _lengths(sequence_lengths, T: int, B: int):
     if sequence_lengths is None:
         return np.full(B, T, dtype=np.int64)
-    lengths = as_array(sequence_lengths, "sequence_lengths")
-    if lengths.dtype.kind not in "iu" or lengths.dtype == np.uint64:
-        raise TypeError(f"sequence_lengths must have an integer dtype (int32 as in TF, or int64), "
-                        f"got {lengths.dtype}")
+    lengths = int_array(sequence_lengths, "sequence_lengths", np.int32, "int32 as in TF, or int64")
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise ValueError(f"sequence_lengths must be a vector of batch_size={B} lengths, got shape "
                          f"{shape_str(lengths.shape)}")
@@ -281,11 +288,18 @@ def _scan(a: np.ndarray | None, direction: int):
     return a[::-1]
 
 
+def _dropout_scale(dropout: float) -> float:
+    """The factor of a kept element: ``1/(1-dropout)``, and 0 at ``dropout = 1`` (nothing is kept,
+    so the factor multiplies nothing; 0 keeps the mask ``keep * scale`` finite: no 0 * inf)."""
+    return 0.0 if dropout >= 1.0 else 1.0 / (1.0 - dropout)
+
+
 def _dropout_mask(attrs: _Attrs, layer: int, shape: tuple, dtype) -> np.ndarray:
+    """Layer ``layer``'s mask ``keep * scale`` (module doc); all zeros when ``dropout = 1``."""
     key = ((attrs.seed % 2**64) << 32 | (attrs.seed2 % 2**64)) % 2**64
     generator = np.random.Generator(np.random.Philox(key=np.array([key, layer], dtype=np.uint64)))
-    keep = generator.random(shape) >= attrs.dropout
-    return keep.astype(dtype) * dtype.type(1.0 / (1.0 - attrs.dropout))
+    keep = generator.random(shape) >= attrs.dropout  # random() is in [0, 1): never kept at 1
+    return keep.astype(dtype) * dtype.type(_dropout_scale(attrs.dropout))
 
 
 def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, training: bool,
@@ -295,7 +309,8 @@ def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, trai
     G, H, Hout, D = config.num_gates, config.num_units, config.hidden_out, config.num_dirs
     width = max(config.input_size, D * Hout)
     one_trace = [shape for _, shape in reserve.trace_items(config.rnn_mode, T, B, H, Hout)]
-    work = one_trace + [(T, B, G * H)] * 2 + [(T, B, width)] * 4 + [(config.params_size,)] * 2
+    # params_size x 4: the flat gradient, the weights, a weight-gradient GEMM's sum and block product
+    work = one_trace + [(T, B, G * H)] * 2 + [(T, B, width)] * 4 + [(config.params_size,)] * 4
     total = resources.nbytes_of(work, compute.itemsize)
     total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
     if training or backward:
@@ -452,7 +467,9 @@ def cudnn_rnn(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="l
     """TF ``CudnnRNN``: time-major forward of a stacked, fixed-length RNN.
 
     input [T, B, I], input_h [L*D, B, Hout], input_c [L*D, B, H] (lstm; ignored
-    otherwise), params: flat cuDNN buffer (see :mod:`fusedrnn.layout`).
+    otherwise), params: flat cuDNN buffer (see :mod:`fusedrnn.layout`).  ``dropout`` in
+    ``[0, 1]`` acts between layers in training only; 1 drops everything (module doc).
+    Tensor inputs may be Python numbers or lists (converted to the arrays' dtype, else float32).
     Returns ``(output [T, B, D*Hout], output_h, output_c, reserve_space)``.
     """
     attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2)

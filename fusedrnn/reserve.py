@@ -19,7 +19,7 @@ scan order (a backward direction's arrays run from t = T-1 down to 0):
 
 then, for each layer ``l >= 1``, ``layer_input_l`` [T, B, D*Hout] (the layer's input,
 after dropout, time order) and, when dropout was applied, ``dropout_mask_l``
-[T, B, D*Hout] (0 or 1/(1-dropout)).
+[T, B, D*Hout] (0 or 1/(1-dropout); all 0 when dropout = 1).
 """
 
 from __future__ import annotations

@@ -39,14 +39,72 @@ def as_array(value, name: str) -> np.ndarray:
     return array
 
 
-def float_arrays(names_values: dict, allowed=FLOAT_DTYPES, op: str = "") -> tuple[dict, np.dtype]:
-    """Convert the named float inputs; all must share one dtype from ``allowed``.
+DEFAULT_FLOAT = np.dtype(np.float32)  # TF's dtype for Python floats when nothing else decides
 
-    Returns (dict name -> ndarray, dtype).  Python scalars / lists are accepted and
-    converted; a plain Python float list becomes float64, so mixing lists with
-    float32 arrays is a TypeError like any other mix.
+
+def is_python_value(value) -> bool:
+    """A Python number or a (nested) list/tuple: what TensorFlow's eager wrapper converts to the
+    op's input dtype.  Arrays, NumPy scalars (``np.float64`` subclasses ``float``) and other
+    objects with a dtype (framework tensors) are not: they keep their own dtype."""
+    return isinstance(value, (int, float, list, tuple)) and not isinstance(value, np.generic)
+
+
+def convert_python_value(value, name: str, dtype: np.dtype, kinds: str = "iuf") -> np.ndarray:
+    """A Python number or (nested) list as an array of ``dtype``, like TF's ``convert_to_tensor``.
+
+    Its elements must be numbers of the NumPy kinds ``kinds`` ("iuf": ints or floats for a float
+    input, "iu": ints only for an integer input); bools are rejected (a bool where a number is
+    expected is almost surely a bug; TF would read it as 0/1).  Ragged lists are a ValueError,
+    other elements (strings, None, ...) a TypeError, each naming the input.  Integers must fit
+    ``dtype``.  Float values out of ``dtype``'s range become ±inf, as in TF.
     """
-    arrays = {name: as_array(value, name) for name, value in names_values.items()}
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    try:
+        array = np.asarray(value)
+    except ValueError as exc:
+        raise ValueError(f"{name} cannot be converted to a tensor: {text} is not a rectangular (nested) "
+                         f"list of numbers ({exc})") from None
+    except TypeError as exc:
+        raise TypeError(f"{name} cannot be converted to a tensor of dtype {dtype.name}: {text} ({exc})") from None
+    if array.dtype.kind == "O" and all(type(v) is int for v in array.flat):  # ints beyond int64
+        if dtype.kind == "f":
+            try:
+                return array.astype(np.float64).astype(dtype)
+            except OverflowError:
+                pass
+        raise ValueError(f"{name} cannot be converted to {dtype.name}: {text} is out of range")
+    if array.dtype.kind == "b":
+        raise TypeError(f"{name} must hold numbers, got bool {text} (bools are not converted to {dtype.name})")
+    if array.dtype.kind not in kinds:
+        wanted = "an integer or a (nested) list of integers" if kinds == "iu" else "a number or a (nested) list of numbers"
+        raise TypeError(f"{name} must be {wanted} (converted to {dtype.name}), got {text} "
+                        f"(elements of dtype {array.dtype})")
+    if dtype.kind in "iu" and array.size:
+        info = np.iinfo(dtype)
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise ValueError(f"{name} cannot be converted to {dtype.name}: {bad} is out of range "
+                             f"[{info.min}, {info.max}]")
+    return array.astype(dtype)
+
+
+def float_arrays(names_values: dict, allowed=FLOAT_DTYPES, op: str = "") -> tuple[dict, np.dtype]:
+    """Convert the named float inputs; all must share one dtype ``T`` from ``allowed``.
+
+    Returns (dict name -> ndarray, dtype).  As in TensorFlow's eager wrapper, ``T`` is inferred
+    from the inputs that carry a dtype (arrays, NumPy scalars, framework tensors), and Python
+    numbers and (nested) lists are converted to it (:func:`convert_python_value`); when every
+    input is a Python value, ``T`` is float32, TF's default.  Arrays keep their dtype: two
+    different float dtypes, or a non-float array, are a TypeError (no silent casts).
+    """
+    typed = {name: as_array(value, name) for name, value in names_values.items() if not is_python_value(value)}
+    target = next(iter(typed.values())).dtype if typed else DEFAULT_FLOAT
+    if target not in allowed:  # reported below, under that input's own name
+        target = DEFAULT_FLOAT
+    arrays = {name: typed[name] if name in typed else convert_python_value(value, name, target)
+              for name, value in names_values.items()}
     dtype = None
     first = None
     for name, array in arrays.items():
@@ -64,6 +122,18 @@ def float_arrays(names_values: dict, allowed=FLOAT_DTYPES, op: str = "") -> tupl
             raise TypeError(f"all float inputs must share one dtype: {first} is {dtype} but {name} is {array.dtype}"
                             + (f" in {op}" if op else ""))
     return arrays, dtype
+
+
+def int_array(value, name: str, dtype, expected: str) -> np.ndarray:
+    """An integer input: a Python int or (nested) list of ints is converted to ``dtype`` (TF's
+    type of that input); an array (or NumPy scalar) must already have an integer dtype other
+    than uint64 (``expected`` describes it in the message)."""
+    if is_python_value(value):
+        return convert_python_value(value, name, np.dtype(dtype), kinds="iu")
+    array = as_array(value, name)
+    if array.dtype.kind not in "iu" or array.dtype == np.uint64:
+        raise TypeError(f"{name} must be an integer tensor ({expected}), got dtype {array.dtype}")
+    return array
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -102,6 +172,9 @@ def bool_attr(value, name: str) -> bool:
 
 
 def choice_attr(value, name: str, allowed: tuple) -> str:
+    """A string attribute from ``allowed``; ASCII ``bytes`` are accepted too, as TF does."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", errors="replace")
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, one of ({', '.join(allowed)}), got {type(value).__name__} {value!r}")
     if value not in allowed:

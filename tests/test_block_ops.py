@@ -532,13 +532,16 @@ def test_zero_input_size_still_computes():
 
 
 def test_python_lists_are_accepted():
+    """All-Python inputs are float32 (TF's default), as if each list were ``np.float32`` first."""
     a = lstm_inputs(2, 1, 2, 1, seed=29)
     out = bo.block_lstm_v2(2, **{k: v.tolist() for k, v in a.items()})
-    for x1, x2 in zip(out, bo.block_lstm_v2(2, **a)):
+    for x1, x2 in zip(out, bo.block_lstm_v2(2, **{k: v.astype(np.float32) for k, v in a.items()})):
+        assert x1.dtype == np.float32
         np.testing.assert_array_equal(x1, x2)
     r = bo.gru_block_cell([[0.5]], [[0.1]], [[1.0, 2.0], [3.0, 4.0]], [[1.0], [2.0]], [0.0, 0.0], [0.0])
+    assert r.h.dtype == np.float32
     np.testing.assert_allclose(r.h, ref_gru(np.array([[0.5]]), np.array([[0.1]]), np.array([[1.0, 2.0], [3.0, 4.0]]),
-                                            np.array([[1.0], [2.0]]), np.zeros(2), np.zeros(1))[3], rtol=1e-14)
+                                            np.array([[1.0], [2.0]]), np.zeros(2), np.zeros(1))[3], rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

@@ -95,6 +95,71 @@ def test_fd_dropout_with_skip_input(mode):
 
 
 # ----------------------------------------------------------------------------------------
+# dropout = 1 and just below it (README "where fusedrnn deliberately differs")
+
+EDGE_CASE = Case("lstm", 3, 2, input_size=3, num_units=4, batch=4, max_time=5)
+EDGE_SEED = 40  # with this seed, dropout = float32(0.999) keeps one element in each of the two masks
+
+
+def _masks(fwd, case: Case, dtype=np.float64):
+    config = fusedrnn.layout.RNNConfig(case.mode, case.num_layers, case.num_units, case.input_size,
+                                       case.num_dirs)
+    views, applied = reserve.read_reserve(fwd.raw.reserve_space, config, case.max_time, case.batch,
+                                          np.full(case.batch, case.max_time, dtype=np.int64), np.dtype(dtype))
+    assert applied
+    return [views[f"dropout_mask_{layer}"] for layer in range(1, case.num_layers)]
+
+
+@pytest.mark.parametrize("dropout,kept", [(1.0, False), (0.999, True), (1 - 1e-7, False)],
+                         ids=["one", "0.999", "1-1e-7"])
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_dropout_at_and_just_below_one_is_finite_and_matches_fd(mode, dropout, kept):
+    """Masks are exactly {0, 1/(1-p)} with p the float32 attribute (all 0 at p = 1: no inf,
+    no NaN), and the backprop equals finite differences with the same masks (float64)."""
+    case = EDGE_CASE.with_(mode=mode)
+    prob = make_problem(case, seed=3)
+    attrs = dict(dropout=dropout, seed=EDGE_SEED, seed2=0)
+    fwd = forward_v3(prob, **attrs)
+    p = float(np.float32(dropout))
+    for mask in _masks(fwd, case):
+        assert np.isfinite(mask).all()
+        assert set(np.unique(mask)) <= ({0.0, 1.0 / (1.0 - p)} if p < 1 else {0.0})
+        assert np.any(mask != 0) == kept
+    assert np.isfinite(fwd.output).all() and np.isfinite(fwd.output_h).all()
+    assert_gradients_match_fd(prob, per_region=1, max_entries=8, rtol=1e-5, atol=1e-7, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_one_cuts_every_layer_off_from_the_next(mode, dtype):
+    """At dropout = 1 each layer above the first receives exact zeros: the output and the last
+    layer's states do not depend on the input, the input gradient from ``output`` alone is
+    exactly 0, and layer 0's own final state still depends on the input."""
+    case = EDGE_CASE.with_(mode=mode)
+    prob = make_problem(case, seed=4).astype(dtype)
+    other = prob._replace(x=make_problem(case, seed=5).x.astype(dtype))
+    attrs = dict(dropout=1.0, seed=1, seed2=2)
+    fwd, fwd_other = forward_v3(prob, **attrs), forward_v3(other, **attrs)
+    np.testing.assert_array_equal(fwd.output, fwd_other.output)
+    np.testing.assert_array_equal(fwd.output_h[-2:], fwd_other.output_h[-2:])
+    assert np.max(np.abs(fwd.output_h[:2] - fwd_other.output_h[:2])) > 1e-3
+    d_output, d_h, d_c = random_like_outputs(case, 7, dtype)
+    d_x = backprop_v3(prob, fwd, (d_output, np.zeros_like(d_h), np.zeros_like(d_c)), **attrs)[0]
+    assert d_x.dtype == dtype
+    np.testing.assert_array_equal(d_x, 0)
+
+
+def test_dropout_is_a_float32_attribute():
+    """TF's ``dropout`` attr is a 32-bit float: values that round to the same float32 give the
+    same masks; 1 - 1e-9 rounds to 1.0 (everything dropped, like TF would)."""
+    prob = make_problem(DROP_CASE, seed=2)
+    np.testing.assert_array_equal(forward_v3(prob, dropout=1 - 1e-9, seed=1, seed2=1).output,
+                                  forward_v3(prob, dropout=1.0, seed=1, seed2=1).output)
+    np.testing.assert_array_equal(forward_v3(prob, dropout=0.3, seed=1, seed2=1).output,
+                                  forward_v3(prob, dropout=float(np.float32(0.3)), seed=1, seed2=1).output)
+
+
+# ----------------------------------------------------------------------------------------
 # Dropout determinism (spec §4.3, §15.6, §15.10)
 
 DROP_CASE = Case("lstm", 3, 2, input_size=3, num_units=4, batch=3, max_time=5, lengths=(5, 2, 4))
@@ -155,8 +220,9 @@ def test_dropout_masks_differ_between_layers_and_match_spec_scaling():
     masks = [views["dropout_mask_1"], views["dropout_mask_2"]]
     for mask in masks:
         assert mask.shape == (30, 40, 16)
-        assert set(np.unique(mask)) <= {0.0, 1.0 / (1.0 - p)}
-        np.testing.assert_allclose(mask[mask != 0], 1.0 / (1.0 - p), rtol=1e-15)
+        scale = 1.0 / (1.0 - float(np.float32(p)))  # dropout is a float32 attribute
+        assert set(np.unique(mask)) <= {0.0, scale}
+        np.testing.assert_allclose(mask[mask != 0], scale, rtol=1e-15)
         kept = np.mean(mask != 0)
         sigma = np.sqrt(p * (1 - p) / mask.size)
         assert abs(kept - (1 - p)) < 5 * sigma, (kept, 1 - p)

@@ -297,10 +297,17 @@ def test_attribute_string_of_wrong_type(op, attr, values):
     expect_error(TypeError, [attr, "string"], op, values, **{attr: 1})
 
 
-@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5, float("nan")])
-@pytest.mark.parametrize("op", RNN_OPS)
+@pytest.mark.parametrize("dropout", [-0.1, 1.001, 1.5, float("nan"), float("inf")])
+@pytest.mark.parametrize("op", ALL_OPS)
 def test_dropout_outside_unit_interval(op, dropout, values):
-    expect_error(ValueError, ["dropout", "[0, 1)"], op, values, dropout=dropout)
+    expect_error(ValueError, ["dropout", "[0, 1]", str(dropout)], op, values, dropout=dropout)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5, 1.0, 1])
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_dropout_in_closed_unit_interval_is_accepted(op, dropout, values):
+    """TF accepts dropout = 1.0 in every op (its cuDNN tests use it); the parameter ops ignore it."""
+    getattr(raw_ops, op)(**pick(op, dict(values, dropout=dropout)))
 
 
 @pytest.mark.parametrize("attr,value", [("dropout", "0.5"), ("dropout", True), ("seed", 1.5), ("seed2", "1"),

@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, freeze, input_backward, input_projection, outer_sum, sigmoid, trace_arrays
+from .common import (carry, column_sum, freeze, input_backward, input_projection, outer_sum, sigmoid,
+                     trace_arrays)
 
 
 class GRUWeights(NamedTuple):
@@ -118,5 +119,5 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         dh = carry(v, dh_prev, dh)
     dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx)
     dw_recurrent = outer_sum(h_states[:T], d_q)
-    dbias_recurrent = d_q.reshape(T * B, 3 * H).sum(axis=0)
+    dbias_recurrent = column_sum(d_q.reshape(T * B, 3 * H))
     return GRUGrads(dx, dh, dw_input, dw_recurrent, dbias_input, dbias_recurrent)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
+from .common import carry, freeze, input_backward, input_projection, outer_sum, product_sum, trace_arrays
 
 
 @dataclass(frozen=True)
@@ -251,9 +251,9 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
         dw_proj = outer_sum(gates[:, :, 3 * H:] * co_all, dh_total)
     dpeepholes = None
     if peep is not None:
-        dpeepholes = (np.einsum("tbh,tbh->h", d_gates[:, :, :H], c_states[:T]),
-                      np.einsum("tbh,tbh->h", d_gates[:, :, H:2 * H], c_states[:T]),
-                      np.einsum("tbh,tbh->h", d_gates[:, :, 3 * H:], c_states[1:]))
+        dpeepholes = (product_sum(d_gates[:, :, :H], c_states[:T]),
+                      product_sum(d_gates[:, :, H:2 * H], c_states[:T]),
+                      product_sum(d_gates[:, :, 3 * H:], c_states[1:]))
     layout = options.layout
     return LSTMGrads(
         d_gates=to_ifco(d_gates, layout), dx=dx, dh0=dh, dc0=dc,

@@ -274,12 +274,11 @@ def apply_mutation(call: Call, example: Example):
                     return any(not isinstance(a, np.ndarray) for a in v)
                 return not isinstance(v, np.ndarray)
             floats_touched = [t for t in targets if t in spec.float_inputs and converted(t)]
-            if not floats_touched or call.dtype == np.float64:
-                same, allow_error, must_fail = True, False, False
-            elif m.target == "*" or set(floats_touched) >= set(spec.float_inputs):
-                same, allow_error, must_fail = False, True, False  # everything became float64
+            all_floats = m.target == "*" or set(floats_touched) >= set(spec.float_inputs)
+            if not floats_touched or not all_floats or call.dtype == np.float32:
+                same, allow_error, must_fail = True, False, False  # lists take the arrays' dtype
             else:
-                same, allow_error, must_fail = False, True, True  # mixed dtypes
+                same, allow_error, must_fail = False, False, False  # all Python: float32
     elif m.kind == "dtype":
         value = inputs[m.target]
         current = np.asarray(value).dtype

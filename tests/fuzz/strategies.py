@@ -122,10 +122,11 @@ _VIEWS = ["noncontig", "negstride", "fortran", "readonly", "unaligned", "matrix"
 
 _ATTR_VALUES = {
     # (value, must_fail) pairs; must_fail=None: may succeed (the result is then checked)
-    "choice": [("bogus", True), ("", True), ("LSTM", True), (" lstm", True), (b"lstm", True),
+    "choice": [("bogus", True), ("", True), ("LSTM", True), (" lstm", True), (b"lstm", None), (b"LSTM", True),
+               (b"\xff", True),
                (None, True), (1, True), (["lstm"], True), (np.str_("lstm"), None)],
-    "dropout": [(math.nan, True), (math.inf, True), (-math.inf, True), (-0.1, True), (1.0, True),
-                (1.5, True), ("0.5", True), (None, True), (True, True), (0, None),
+    "dropout": [(math.nan, True), (math.inf, True), (-math.inf, True), (-0.1, True), (1.0, None),
+                (1.5, True), (1.0000001, True), ("0.5", True), (None, True), (True, True), (0, None),
                 (np.float32(0.25), None), (0.999, None), (np.array(0.5), None)],
     "int": [(-1, None), (2**63, None), (2**64 + 5, None), (-2**70, None), (np.int64(3), None),
             (np.uint64(2**64 - 1), None), (np.array(7, np.int32), None), (1.5, True), ("3", True),
@@ -176,8 +177,8 @@ def mutation_for(draw, op: str, cfg: dict):
         targets = arrays + ints + lists + ["*"]
         target = draw(st.sampled_from(targets))
         how = draw(st.sampled_from(_VIEWS + ["list", "byteswap"]))
-        # "list": Python lists/scalars; floats become float64, so the harness decides what
-        # to expect from the call's dtype (same bits for float64 or integer inputs).
+        # "list": Python lists/scalars; float lists take the dtype of the float inputs that stay
+        # arrays (float32 when none does), so the harness decides what to expect.
         return Mutation("view", target, how, same_result=how not in ("list", "byteswap"))
     if kind == "dtype":
         target = draw(st.sampled_from(arrays + ints)) if (arrays or ints) else draw(st.sampled_from(lists))
