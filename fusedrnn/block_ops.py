@@ -54,7 +54,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .engines.gru_block import gru_block_backward, gru_block_forward
-from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, lstm_backward, lstm_forward
+from . import engines
+from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights
 from . import resources
 from .settings import public_op
 from .validate import as_array, bool_attr, compute_dtype, float_arrays, float_attr, shape_str
@@ -360,7 +361,7 @@ def _lstm_sequence(L: int, a: dict, dtype: np.dtype, options: LSTMOptions) -> Bl
         cd = compute_dtype(dtype)
         weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], I, cd)
         x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
-        trace = lstm_forward(x_l, h0, c0, weights, options)
+        trace = engines.active().lstm_forward(x_l, h0, c0, weights, options)
         gates = trace.gates  # activations in i, f, c, o order
         i[:L], f[:L] = gates[..., :n], gates[..., n:2 * n]
         ci[:L], o[:L] = gates[..., 2 * n:3 * n], gates[..., 3 * n:]
@@ -382,7 +383,8 @@ def _lstm_sequence_grad(L: int, a: dict, cd: np.dtype, options: LSTMOptions, x: 
                       c=np.concatenate([a["cs_prev"][None].astype(cd), cs]), co=co, h=h_states)
     weights = _lstm_weights(w, np.zeros(4 * n, cd), [a[p] for p in _PEEPHOLES], I, cd)
     dh_steps, dc_steps = _cast(cd, a["h_grad"][:L], a["cs_grad"][:L])
-    return lstm_backward(x, trace, weights, options, dh_steps=dh_steps, dc_steps=dc_steps)
+    return engines.active().lstm_backward(x, trace, weights, options, dh_steps=dh_steps,
+                                          dc_steps=dc_steps)
 
 
 # ----------------------------------------------------------------------------------------------
