@@ -18,6 +18,7 @@ from .cudnn import (CanonicalParams, CudnnRNNBackpropResult, CudnnRNNResult, Cud
                         cudnn_rnn_params_to_canonical, cudnn_rnn_params_to_canonical_v2, cudnn_rnn_v2,
                         cudnn_rnn_v3)
 from . import raw_ops  # noqa: E402
+from .settings import backend_info, get_num_threads, set_num_threads  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -26,5 +27,6 @@ __all__ = [
     "cudnn_rnn_backprop_v3", "cudnn_rnn_params_size", "cudnn_rnn_params_to_canonical",
     "cudnn_rnn_params_to_canonical_v2", "cudnn_rnn_canonical_to_params",
     "cudnn_rnn_canonical_to_params_v2", "CudnnRNNResult", "CudnnRNNV2Result", "CudnnRNNV3Result",
-    "CudnnRNNBackpropResult", "CanonicalParams", "raw_ops", *_block_all,
+    "CudnnRNNBackpropResult", "CanonicalParams", "raw_ops", "backend_info", "set_num_threads",
+    "get_num_threads", *_block_all,
 ]

@@ -112,8 +112,8 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
     H, Hout = c_states.shape[-1], h_states.shape[-1]
     d_gates = np.empty((T, B, 4 * H), dtype=dtype)
     dh_total = np.empty((T, B, Hout), dtype=dtype) if w.w_proj is not None else None
-    dh = np.zeros((B, Hout), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype)
-    dc = np.zeros((B, H), dtype=dtype) if dc_last is None else np.array(dc_last, dtype=dtype)
+    dh = np.zeros((B, Hout), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
+    dc = np.zeros((B, H), dtype=dtype) if dc_last is None else np.array(dc_last, dtype=dtype, order="C")
     peep = w.peepholes if options.use_peephole else None
     native.lstm_backward(gates, c_states, co, h_states, _c(w.w_recurrent, dtype), _peepholes(peep),
                          _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
@@ -152,7 +152,7 @@ def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
     H = h_states.shape[-1]
     d_a = np.empty((T, B, 3 * H), dtype=dtype)
     d_q = np.empty((T, B, 3 * H), dtype=dtype)
-    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype)
+    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
     native.gru_backward(gates, q_h, h_states, _c(weights.w_recurrent, dtype), _c(dh_steps, dtype),
                         _mask(valid), d_a, d_q, dh, _threads())
     return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx)
@@ -189,7 +189,7 @@ def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.
     T = h_states.shape[0] - 1
     B, H = h_states.shape[1:]
     d_pre = np.empty((T, B, H), dtype=dtype)
-    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype)
+    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
     native.rnn_backward(h_states, _c(weights.w_recurrent, dtype), activation == "relu",
                         _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
     return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx)
