@@ -160,7 +160,8 @@ py::array_t<T> tanh_hook(py::array_t<T, py::array::c_style | py::array::forcecas
 
 template <class T>
 py::array_t<T> gemm_hook(py::array_t<T, py::array::c_style | py::array::forcecast> A,
-                         py::array_t<T, py::array::c_style | py::array::forcecast> B) {
+                         py::array_t<T, py::array::c_style | py::array::forcecast> B,
+                         int64_t repeats) {
   if (A.ndim() != 2 || B.ndim() != 2 || A.shape(1) != B.shape(0))
     throw py::value_error("gemm needs A [M, K] and B [K, N]");
   py::array_t<T> C({A.shape(0), B.shape(1)});
@@ -169,7 +170,7 @@ py::array_t<T> gemm_hook(py::array_t<T, py::array::c_style | py::array::forcecas
   const T *a = A.data(), *b = B.data();
   T* c = C.mutable_data();
   py::gil_scoped_release release;
-  if constexpr (std::is_same<T, float>::value) t.gemm_f(M, K, N, a, b, c); else t.gemm_d(M, K, N, a, b, c);
+  if constexpr (std::is_same<T, float>::value) t.gemm_f(M, K, N, a, b, c, repeats); else t.gemm_d(M, K, N, a, b, c, repeats);
   return C;
 }
 
@@ -226,6 +227,9 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
   m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
-  m.def("gemm_f32", &gemm_hook<float>, "Test hook: A @ B through the packed micro-kernel.");
-  m.def("gemm_f64", &gemm_hook<double>, "Test hook: A @ B through the packed micro-kernel.");
+  m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,
+        "Test/benchmark hook: A @ B through the packed micro-kernel (B packed once, the product "
+        "computed `repeats` times).");
+  m.def("gemm_f64", &gemm_hook<double>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,
+        "Test/benchmark hook: as gemm_f32 in float64.");
 }

@@ -109,11 +109,14 @@ struct EngineTable {
   void (*rnn_forward_d)(const RnnForwardArgs<double>&, int threads);
   void (*rnn_backward_f)(const RnnBackwardArgs<float>&, int threads);
   void (*rnn_backward_d)(const RnnBackwardArgs<double>&, int threads);
-  // Test hooks: tanh over n values; C[M, N] = A[M, K] B[K, N] through the packed kernel.
+  // Test/benchmark hooks: tanh over n values; C[M, N] = A[M, K] B[K, N] through the packed
+  // kernel (B packed once, the product computed `repeats` times).
   void (*tanh_f)(const float* in, float* out, int64_t n);
   void (*tanh_d)(const double* in, double* out, int64_t n);
-  void (*gemm_f)(int64_t M, int64_t K, int64_t N, const float* A, const float* Bm, float* C);
-  void (*gemm_d)(int64_t M, int64_t K, int64_t N, const double* A, const double* Bm, double* C);
+  void (*gemm_f)(int64_t M, int64_t K, int64_t N, const float* A, const float* Bm, float* C,
+                 int64_t repeats);
+  void (*gemm_d)(int64_t M, int64_t K, int64_t N, const double* A, const double* Bm, double* C,
+                 int64_t repeats);
 };
 
 // Defined in dispatch.cc: the tables compiled into this build (null where not compiled).

@@ -13,14 +13,14 @@ void tanh_hook(const T* in, T* out, int64_t n) {
 }
 
 template <class T>
-void gemm_hook(int64_t M, int64_t K, int64_t N, const T* A, const T* Bm, T* C) {
+void gemm_hook(int64_t M, int64_t K, int64_t N, const T* A, const T* Bm, T* C, int64_t repeats) {
   PackedMatrix<T> packed;
   packed.rows = K;
   packed.columns = N;
   Buffer<T> data(packed.values());
   packed.data = data.data;
   pack_panels(Bm, N, 1, packed, 0, packed.panels());
-  gemm_panels(M, A, K, packed, 0, packed.panels(), C, N);
+  for (int64_t r = 0; r < repeats; ++r) gemm_panels(M, A, K, packed, 0, packed.panels(), C, N);
 }
 
 #define FUSEDRNN_STR2(x) #x

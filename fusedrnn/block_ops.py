@@ -56,6 +56,7 @@ import numpy as np
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from . import engines
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights
+from .engines.native import workspace_nbytes
 from . import resources
 from .settings import public_op
 from .validate import as_array, bool_attr, compute_dtype, float_arrays, float_attr, shape_str
@@ -333,6 +334,7 @@ def _ensure_fits(op: str, dtype: np.dtype, T: int, L: int, B: int, I: int, n: in
     outputs = [(T, B, I), (I + n, 4 * n)] if grad else [(T, B, n)] * 7
     work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 2
     nbytes = resources.nbytes_of(outputs, dtype.itemsize) + resources.nbytes_of(work, cd.itemsize)
+    nbytes += workspace_nbytes("lstm", B, n, n, cd.itemsize)  # the native engine's packed weights
     resources.ensure_fits(nbytes, op, f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
                           f"cell size {n}")
 

@@ -32,6 +32,7 @@ import numpy as np
 from . import engines, layout, reserve, resources
 from .engines import gru as gru_engine
 from .engines import lstm as lstm_engine
+from .engines import native as native_engine
 from .engines import simple_rnn as rnn_engine
 from .layout import RNNConfig
 from .settings import public_op
@@ -302,7 +303,7 @@ def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, trai
     total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
     if training or backward:
         total += reserve.reserve_nbytes(config, T, B, config.num_layers > 1, compute)
-    return total
+    return total + native_engine.workspace_nbytes(config.rnn_mode, B, H, Hout, compute.itemsize)
 
 
 def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bool, op: str) -> None:

@@ -15,8 +15,8 @@ last bits, see ``docs/native_engine.md``).  Split of the work per pseudo-layer:
 Native workspace per call (besides the trace and gradients the caller sees): the packed
 recurrent matrix, ``G·ceil(N/NR)·K·NR`` values (≈ the size of R: K = Hout, N = H, G gates;
 NR = 32 float32 / 16 float64 values with AVX-512, 16 / 8 with AVX2, 8 / 4 portable), the
-packed projection ``W_P`` (LSTM with projection) and one or two ``[B, G·H]`` step buffers —
-see :func:`workspace_nbytes`.
+packed projection ``W_P`` (LSTM with projection) and ``[B, G·H]`` / ``[B, Hout]`` step
+buffers — :func:`workspace_nbytes`, which the ``MemoryError`` estimates include.
 """
 
 from __future__ import annotations
@@ -29,19 +29,21 @@ from .common import input_projection, trace_arrays
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
-def workspace_nbytes(mode: str, T: int, B: int, H: int, Hout: int, itemsize: int,
-                     backward: bool) -> int:
-    """Upper bound of the native kernels' own workspace for one pseudo-layer call (packed
-    weights with the widest panels, step buffers) plus the arrays this module allocates
-    beside the trace: for the forward the all-steps input projection [T, B, G·H], for the
-    backward the gate gradients (two [T, B, G·H] for the GRU) and dL/dh_t [T, B, Hout]."""
+def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int) -> int:
+    """Upper bound of the native kernels' own workspace in one pseudo-layer call, forward or
+    backward (the peak; freed when the call returns): the packed recurrent matrix and, for an
+    LSTM with projection, the packed ``W_P``, both with the widest panels (NR = 32 float32 /
+    16 float64 values, zero-padded to a multiple of NR columns), plus the step buffers
+    (``[B, G·H]`` and ``[B, Hout]``).  Everything else a call uses is a NumPy array the
+    callers' estimates already count (the trace, ``x W + b``, the gate gradients)."""
     G = {"lstm": 4, "gru": 3}.get(mode, 1)
-    nr = 64 // itemsize * 2
-    panels = -(-max(H, Hout) // nr) * nr
-    packed = G * panels * max(H, Hout) + (panels * max(H, Hout) if Hout != H else 0)
-    step = 2 * B * (G * H + Hout)
-    big = T * B * G * H * (2 if mode == "gru" else 1) + (T * B * Hout if backward else 0)
-    return (packed + step + big) * itemsize
+    nr = 2 * 64 // itemsize
+    padded = lambda n: -(-n // nr) * nr  # noqa: E731
+    packed = G * max(padded(H) * Hout, H * padded(Hout))
+    if Hout != H:
+        packed += max(padded(Hout) * H, Hout * padded(H))
+    step = B * (G * H + 2 * Hout + H)
+    return (packed + step) * itemsize
 
 
 def _c(a: np.ndarray | None, dtype) -> np.ndarray | None:
