@@ -1,5 +1,7 @@
 #include "team.h"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -49,9 +51,21 @@ void SpinBarrier::wait() {
   sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<Team*> current_team{nullptr};
+}  // namespace
+
+void Team::replace_after_fork() { current_team.store(new Team(), std::memory_order_release); }
+
 Team& Team::instance() {
-  static Team* team = new Team();  // never destroyed: workers sleep until the process exits
-  return *team;
+  // Never destroyed: the workers sleep until the process exits.
+  static const bool created = [] {
+    current_team.store(new Team(), std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, &Team::replace_after_fork);
+    return true;
+  }();
+  (void)created;
+  return *current_team.load(std::memory_order_acquire);
 }
 
 void Team::ensure_workers(int count) {

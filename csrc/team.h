@@ -6,6 +6,8 @@
 // oversubscribed, spinning would steal the core from the thread being waited for).  Workers
 // sleep between jobs.  A mutex admits one job at a time; a caller that finds the team busy runs
 // its job alone, which gives the same bits (the kernels' results do not depend on the team size).
+// In a child process made by fork() the team's threads do not exist: the child gets a new,
+// empty team (the old one, whose mutexes may have been held at the fork, is abandoned).
 #pragma once
 
 #include <atomic>
@@ -39,6 +41,7 @@ class Team {
 
  private:
   Team() = default;
+  static void replace_after_fork();  // pthread_atfork child handler: the workers did not fork
   void ensure_workers(int count);
   void worker_loop(int index);
 

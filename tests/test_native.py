@@ -396,3 +396,28 @@ def test_missing_extension_with_explicit_native_is_an_error():
     result = _child(code, FUSEDRNN_BACKEND="native")
     assert result.returncode != 0
     assert "native extension (fusedrnn._native) is not available" in result.stderr
+
+
+def test_forked_child_gets_a_working_team(threads):
+    """After fork() the team's worker threads do not exist in the child: a multi-threaded call
+    there must still finish (the child builds a new team) and give the same bits."""
+    threads(2)
+    expected = _native_run(BIG[0])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(read)
+            ok = _native_run(BIG[0]) == expected
+            os.write(write, b"ok" if ok else b"bits")
+        finally:
+            os._exit(0)
+    os.close(write)
+    import select
+    ready, _, _ = select.select([read], [], [], 120)
+    message = os.read(read, 16) if ready else b"timeout"
+    os.close(read)
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    assert message == b"ok"
