@@ -374,6 +374,10 @@ def test_environment_selects_backend_threads_and_isa():
     assert (info["backend"], info["num_threads"], info["isa"]) == ("numpy", 3, "portable")
     bad = _child(code, FUSEDRNN_ISA="sse9")
     assert bad.returncode != 0 and "instruction set 'sse9' is not available" in bad.stderr
+    bad = _child(code, FUSEDRNN_BACKEND="cuda")
+    assert bad.returncode != 0 and "FUSEDRNN_BACKEND must be one of native, numpy, got 'cuda'" in bad.stderr
+    bad = _child(code, FUSEDRNN_NUM_THREADS="two")
+    assert bad.returncode != 0 and "FUSEDRNN_NUM_THREADS must be a positive integer" in bad.stderr
 
 
 MISSING = ("import sys; sys.modules['fusedrnn._native'] = None\n"
