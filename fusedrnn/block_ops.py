@@ -54,7 +54,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .engines.gru_block import gru_block_backward, gru_block_forward
-from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, lstm_backward, lstm_forward
+from . import engines
+from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights
+from .engines.native import workspace_nbytes
 from . import resources
 from .settings import public_op
 from .validate import bool_attr, compute_dtype, float_arrays, float_attr, int_array, shape_str
@@ -329,6 +331,7 @@ def _ensure_fits(op: str, dtype: np.dtype, T: int, L: int, B: int, I: int, n: in
     outputs = [(T, B, I), (I + n, 4 * n)] if grad else [(T, B, n)] * 7
     work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 4  # 2: GEMM block products
     nbytes = resources.nbytes_of(outputs, dtype.itemsize) + resources.nbytes_of(work, cd.itemsize)
+    nbytes += workspace_nbytes("lstm", B, n, n, cd.itemsize)  # the native engine's packed weights
     resources.ensure_fits(nbytes, op, f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
                           f"cell size {n}")
 
@@ -357,7 +360,7 @@ def _lstm_sequence(L: int, a: dict, dtype: np.dtype, options: LSTMOptions) -> Bl
         cd = compute_dtype(dtype)
         weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], I, cd)
         x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
-        trace = lstm_forward(x_l, h0, c0, weights, options)
+        trace = engines.active().lstm_forward(x_l, h0, c0, weights, options)
         gates = trace.gates  # activations in i, f, c, o order
         i[:L], f[:L] = gates[..., :n], gates[..., n:2 * n]
         ci[:L], o[:L] = gates[..., 2 * n:3 * n], gates[..., 3 * n:]
@@ -379,7 +382,8 @@ def _lstm_sequence_grad(L: int, a: dict, cd: np.dtype, options: LSTMOptions, x: 
                       c=np.concatenate([a["cs_prev"][None].astype(cd), cs]), co=co, h=h_states)
     weights = _lstm_weights(w, np.zeros(4 * n, cd), [a[p] for p in _PEEPHOLES], I, cd)
     dh_steps, dc_steps = _cast(cd, a["h_grad"][:L], a["cs_grad"][:L])
-    return lstm_backward(x, trace, weights, options, dh_steps=dh_steps, dc_steps=dc_steps)
+    return engines.active().lstm_backward(x, trace, weights, options, dh_steps=dh_steps,
+                                          dc_steps=dc_steps)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,9 +38,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import layout, reserve, resources
+from . import engines, layout, reserve, resources
 from .engines import gru as gru_engine
 from .engines import lstm as lstm_engine
+from .engines import native as native_engine
 from .engines import simple_rnn as rnn_engine
 from .layout import RNNConfig
 from .settings import public_op
@@ -248,22 +249,24 @@ def _reserved_trace(views: dict, config: RNNConfig, T: int, B: int, p: int):
 
 
 def _engine_forward(mode: str, x, h0, c0, weights, valid, out):
+    engine = engines.active()  # the backend selected in fusedrnn.settings
     if mode == "lstm":
-        return lstm_engine.lstm_forward(x, h0, c0, weights, valid=valid, out=out)
+        return engine.lstm_forward(x, h0, c0, weights, valid=valid, out=out)
     if mode == "gru":
-        return gru_engine.gru_forward(x, h0, weights, valid, out)
-    return rnn_engine.rnn_forward(x, h0, weights, _activation(mode), valid, out)
+        return engine.gru_forward(x, h0, weights, valid, out)
+    return engine.rnn_forward(x, h0, weights, _activation(mode), valid, out)
 
 
 def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, valid, need_dx):
+    engine = engines.active()
     if mode == "lstm":
-        return lstm_engine.lstm_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
-                                         dc_last=dc_last, valid=valid, need_dx=need_dx)
+        return engine.lstm_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
+                                    dc_last=dc_last, valid=valid, need_dx=need_dx)
     if mode == "gru":
-        return gru_engine.gru_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
-                                       valid=valid, need_dx=need_dx)
-    return rnn_engine.rnn_backward(x, trace, weights, _activation(mode), dh_steps=dh_steps,
-                                   dh_last=dh_last, valid=valid, need_dx=need_dx)
+        return engine.gru_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
+                                   valid=valid, need_dx=need_dx)
+    return engine.rnn_backward(x, trace, weights, _activation(mode), dh_steps=dh_steps,
+                               dh_last=dh_last, valid=valid, need_dx=need_dx)
 
 
 def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) -> None:
@@ -315,7 +318,7 @@ def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, trai
     total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
     if training or backward:
         total += reserve.reserve_nbytes(config, T, B, config.num_layers > 1, compute)
-    return total
+    return total + native_engine.workspace_nbytes(config.rnn_mode, B, H, Hout, compute.itemsize)
 
 
 def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bool, op: str) -> None:

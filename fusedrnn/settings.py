@@ -1,5 +1,19 @@
 """Run-time settings, and the numerics context every public op runs in.
 
+Backend, threads, instruction set (the native engine; see ``docs/native_engine.md``):
+
+``FUSEDRNN_BACKEND=native|numpy`` / :func:`set_backend` / ``with backend("numpy"): ...``
+    Which engines run the time loops.  Default: ``native`` when the compiled extension
+    ``fusedrnn._native`` imports; when it does not, ``numpy``, *visibly*: :func:`backend_info`
+    reports ``native_available = False`` with the import error.  Asking for ``native`` explicitly
+    (environment or setting) when the extension is missing raises ``ImportError`` at the first
+    op (the environment) or at once (:func:`set_backend`).  The NumPy engines are the reference.
+``FUSEDRNN_NUM_THREADS`` / :func:`set_num_threads`
+    The native engine's team size; default: the cores this process may run on
+    (``len(os.sched_getaffinity(0))``).  Results do not depend on it.
+``FUSEDRNN_ISA=avx512|avx2|portable`` / :func:`set_isa`
+    The native kernels' instruction set; default: the best one this CPU supports.
+
 ``fusedrnn.settings.deterministic`` (default ``False``; environment ``FUSEDRNN_DETERMINISTIC=1``
 at import sets it ``True``)
     With the default, float32/float16 results can depend on the number of threads the BLAS
@@ -28,6 +42,8 @@ import os
 import threading
 
 import numpy as np
+
+BACKENDS = ("native", "numpy")
 
 deterministic: bool = os.environ.get("FUSEDRNN_DETERMINISTIC", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -153,3 +169,144 @@ def public_op(function):
             return function(*args, **kwargs)
 
     return op
+
+
+# --------------------------------------------------------------------------------------
+# Backend, threads and instruction set of the native engine
+
+
+def _env_choice(name: str, choices: tuple) -> str | None:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return None
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _env_threads() -> int:
+    value = os.environ.get("FUSEDRNN_NUM_THREADS", "").strip()
+    if not value:
+        return _default_threads()
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"FUSEDRNN_NUM_THREADS must be a positive integer, got {value!r}")
+    return int(value)
+
+
+_requested_backend: str | None = _env_choice("FUSEDRNN_BACKEND", BACKENDS)
+_backend_override = threading.local()
+_num_threads: int = _env_threads()
+_native_state: dict = {}
+_native_lock = threading.Lock()
+
+
+def _load_native():
+    """The extension module, or None (the error is kept for :func:`backend_info`).  Applies
+    ``FUSEDRNN_ISA`` once, when it is first loaded."""
+    if "module" not in _native_state:
+        with _native_lock:
+            if "module" not in _native_state:
+                try:
+                    from . import _native as module
+                except ImportError as error:
+                    _native_state["error"] = f"{type(error).__name__}: {error}"
+                    module = None
+                if module is not None:
+                    isa = os.environ.get("FUSEDRNN_ISA", "").strip().lower()
+                    if isa:
+                        module.set_isa(isa)  # ValueError naming the available ones
+                _native_state["module"] = module
+    return _native_state["module"]
+
+
+def native_module():
+    """The native extension for the engines; ImportError (with the cause) when it is missing."""
+    module = _load_native()
+    if module is None:
+        raise ImportError("the fusedrnn native extension (fusedrnn._native) is not available: "
+                          f"{_native_state['error']}; reinstall with a C++17 compiler "
+                          "(pip install -e .) or use FUSEDRNN_BACKEND=numpy")
+    return module
+
+
+def get_backend() -> str:
+    """The backend the ops use now in this thread: ``"native"`` or ``"numpy"``."""
+    name = getattr(_backend_override, "name", None) or _requested_backend
+    if name is None:
+        return "native" if _load_native() is not None else "numpy"
+    if name == "native":
+        native_module()  # explicit request: a missing extension is an error, never a switch
+    return name
+
+
+def _check_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    if name == "native":
+        native_module()
+    return name
+
+
+def set_backend(name: str | None) -> None:
+    """Select the backend for the whole process (``None``: back to the default)."""
+    global _requested_backend
+    _requested_backend = None if name is None else _check_backend(name)
+
+
+@contextlib.contextmanager
+def backend(name: str):
+    """Use backend ``name`` in the body (this thread only)."""
+    previous = getattr(_backend_override, "name", None)
+    _backend_override.name = _check_backend(name)
+    try:
+        yield
+    finally:
+        _backend_override.name = previous
+
+
+def set_num_threads(n: int) -> None:
+    """Team size of the native engine (results do not depend on it)."""
+    global _num_threads
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"num_threads must be a positive integer, got {n!r}")
+    _num_threads = int(n)
+
+
+def get_num_threads() -> int:
+    return _num_threads
+
+
+def set_isa(name: str | None) -> None:
+    """Instruction set of the native kernels (``None``: the best this CPU supports)."""
+    module = native_module()
+    module.set_isa(module.supported_isas()[0] if name is None else name)
+
+
+def backend_info() -> dict:
+    """What runs the ops: ``backend``, ``isa`` (None without the extension), ``supported_isas``,
+    ``num_threads``, ``native_available``, ``native_error`` (str or None), and ``modes``: the
+    backend each engine uses (every mode of the native backend is native)."""
+    module = _load_native()
+    try:
+        active = get_backend()
+    except ImportError:
+        active = "unavailable (FUSEDRNN_BACKEND=native)"
+    engines = ("lstm", "gru", "rnn_tanh", "rnn_relu", "block_lstm", "gru_block_cell")
+    modes = {mode: active for mode in engines}
+    modes["gru_block_cell"] = "numpy"  # a single cell: the NumPy engine always
+    return {
+        "backend": active,
+        "isa": None if module is None else module.isa(),
+        "supported_isas": [] if module is None else list(module.supported_isas()),
+        "num_threads": _num_threads,
+        "native_available": module is not None,
+        "native_error": _native_state.get("error"),
+        "modes": modes,
+    }

@@ -1,0 +1,23 @@
+"""Sequence engines: the NumPy reference (lstm, gru, simple_rnn, gru_block) and the native
+backend (native).  :func:`active` returns the engine functions of the selected backend."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from .. import settings
+from . import gru, lstm, simple_rnn
+
+NUMPY = SimpleNamespace(
+    lstm_forward=lstm.lstm_forward, lstm_backward=lstm.lstm_backward,
+    gru_forward=gru.gru_forward, gru_backward=gru.gru_backward,
+    rnn_forward=simple_rnn.rnn_forward, rnn_backward=simple_rnn.rnn_backward)
+
+
+def active():
+    """``lstm_forward`` ... ``rnn_backward`` of the backend :func:`fusedrnn.settings.get_backend`
+    selects now (the native module only when it is the one selected)."""
+    if settings.get_backend() == "native":
+        from . import native
+        return native
+    return NUMPY

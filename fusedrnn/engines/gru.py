@@ -42,6 +42,11 @@ class GRUTrace(NamedTuple):
     h: np.ndarray
 
 
+def trace_shapes(T: int, B: int, H: int) -> list:
+    """Shapes of the :class:`GRUTrace` arrays."""
+    return [(T, B, 3 * H), (T, B, H), (T + 1, B, H)]
+
+
 def gru_forward(x: np.ndarray, h0: np.ndarray, weights: GRUWeights,
                 valid: np.ndarray | None = None, out: GRUTrace | None = None) -> GRUTrace:
     """Run the recurrence over ``x[T, B, in]`` from ``h0[B, H]``; ``out``: preallocated
@@ -50,7 +55,7 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: GRUWeights,
     H = h0.shape[-1]
     dtype = x.dtype
     x_gates = input_projection(x, weights.w_input, weights.bias_input, 3)
-    gates, q_h_all, h_states = trace_arrays(out, [(T, B, 3 * H), (T, B, H), (T + 1, B, H)], dtype)
+    gates, q_h_all, h_states = trace_arrays(out, trace_shapes(T, B, H), dtype)
     h_states[0] = h0
     frozen = None if valid is None else ~valid[:, :, None]
     q = np.empty((B, 3 * H), dtype=dtype)
@@ -117,7 +122,15 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         dh_prev = dq @ w_rec_t
         dh_prev += dh * u
         dh = carry(v, dh_prev, dh)
+    return gradients(x, h_states, weights, d_a, d_q, dh, need_dx)
+
+
+def gradients(x: np.ndarray, h_states: np.ndarray, weights: GRUWeights, d_a: np.ndarray,
+              d_q: np.ndarray, dh0: np.ndarray, need_dx: bool) -> GRUGrads:
+    """Everything after the time loop, from ``d_a``, ``d_q [T, B, 3H]`` (masked gradients of
+    the input and recurrent pre-activations) and ``dh0``: the all-steps GEMMs and sums."""
+    T, B, G = d_q.shape
     dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx)
     dw_recurrent = outer_sum(h_states[:T], d_q)
-    dbias_recurrent = column_sum(d_q.reshape(T * B, 3 * H))
-    return GRUGrads(dx, dh, dw_input, dw_recurrent, dbias_input, dbias_recurrent)
+    dbias_recurrent = column_sum(d_q.reshape(T * B, G))
+    return GRUGrads(dx, dh0, dw_input, dw_recurrent, dbias_input, dbias_recurrent)

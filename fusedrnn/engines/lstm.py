@@ -80,7 +80,7 @@ class LSTMTrace(NamedTuple):
     h: np.ndarray
 
 
-def _ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
+def ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
     layout = options.layout
     w_input = None if weights.w_input is None else to_ifco(weights.w_input, layout)
     bias = to_ifco(weights.bias, layout)
@@ -100,6 +100,31 @@ def _half_scale(H: int, dtype) -> np.ndarray:
     return scale
 
 
+def trace_shapes(T: int, B: int, H: int, Hout: int) -> list:
+    """Shapes of the :class:`LSTMTrace` arrays."""
+    return [(T, B, 4 * H), (T + 1, B, H), (T, B, H), (T + 1, B, Hout)]
+
+
+def forward_operands(x: np.ndarray, weights: LSTMWeights, options: LSTMOptions):
+    """What every forward engine computes with: ``(w, x_gates, w_recurrent, peepholes)``.
+
+    ``w``: the weights in i, f, c, o order with the forget bias folded into ``bias``;
+    ``x_gates [T, B, 4H] = x W + b`` for all steps at once (one GEMM) and ``w_recurrent
+    [Hout, 4H]``, both with the sigmoid gates' columns (i, f, o) halved; ``peepholes``
+    (wci, wcf, wco) halved too, or None without peepholes.
+    """
+    w = ifco_weights(weights, options)
+    dtype = x.dtype
+    scale = _half_scale(w.bias.shape[-1] // 4, dtype)
+    x_gates = input_projection(x, w.w_input, w.bias, 4)
+    x_gates *= scale
+    w_recurrent = w.w_recurrent * scale
+    peep = None
+    if options.use_peephole:
+        peep = tuple(p * dtype.type(0.5) for p in w.peepholes)
+    return w, x_gates, w_recurrent, peep
+
+
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWeights,
                  options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
                  out: LSTMTrace | None = None) -> LSTMTrace:
@@ -107,22 +132,15 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
 
     ``out``: preallocated trace arrays to record into (shapes as in :class:`LSTMTrace`).
     """
-    w = _ifco_weights(weights, options)
+    w, x_gates, w_recurrent, peep = forward_operands(x, weights, options)
     T, B = x.shape[:2]
     H = c0.shape[-1]
     dtype = x.dtype
-    scale = _half_scale(H, dtype)
-    x_gates = input_projection(x, w.w_input, w.bias, 4)
-    x_gates *= scale
-    w_recurrent = w.w_recurrent * scale
     gates, c_states, co_all, h_states = trace_arrays(
-        out, [(T, B, 4 * H), (T + 1, B, H), (T, B, H), (T + 1, B, h0.shape[-1])], dtype)
+        out, trace_shapes(T, B, H, h0.shape[-1]), dtype)
     c_states[0], h_states[0] = c0, h0
     cell_input = np.empty((B, H), dtype=dtype)
     clip = options.cell_clip
-    peep = None
-    if options.use_peephole:
-        peep = tuple(p * dtype.type(0.5) for p in w.peepholes)
     frozen = None if valid is None else ~valid[:, :, None]
     half = dtype.type(0.5)
     for t in range(T):
@@ -192,7 +210,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     state.  The recurrent contributions are added here.  The trace is used as given
     (nothing is recomputed), which is what BlockLSTMGrad requires.
     """
-    w = _ifco_weights(weights, options)
+    w = ifco_weights(weights, options)
     gates, c_states, co_all, h_states = trace
     T, B = gates.shape[:2]
     H = c_states.shape[-1]
@@ -244,6 +262,22 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
         dh = carry(v, dh_prev, dh)
         dc = carry(v, dc_prev, dc)
 
+    return gradients(x, trace, w, options, d_gates, dh_total, dh, dc, need_dx)
+
+
+def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOptions,
+              d_gates: np.ndarray, dh_total: np.ndarray | None, dh0: np.ndarray, dc0: np.ndarray,
+              need_dx: bool) -> LSTMGrads:
+    """Everything after the time loop: the all-steps GEMMs and sums over T·B rows.
+
+    ``w``: weights in i, f, c, o order; ``d_gates [T, B, 4H]``: pre-activation gradients
+    (masked, i, f, c, o order); ``dh_total [T, B, P]`` (projection only): dL/dh_t of every
+    step, masked; ``dh0``, ``dc0``: the gradients reaching the initial state.
+    """
+    gates, c_states, co_all, h_states = trace
+    T = gates.shape[0]
+    H = c_states.shape[-1]
+    peep = w.peepholes if options.use_peephole else None
     dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx)
     dw_recurrent = outer_sum(h_states[:T], d_gates)
     dw_proj = None
@@ -256,7 +290,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
                       product_sum(d_gates[:, :, 3 * H:], c_states[1:]))
     layout = options.layout
     return LSTMGrads(
-        d_gates=to_ifco(d_gates, layout), dx=dx, dh0=dh, dc0=dc,
+        d_gates=to_ifco(d_gates, layout), dx=dx, dh0=dh0, dc0=dc0,
         dw_input=None if dw_input is None else to_ifco(dw_input, layout),
         dw_recurrent=to_ifco(dw_recurrent, layout), dbias=to_ifco(dbias, layout),
         dw_proj=dw_proj, dpeepholes=dpeepholes)

@@ -88,6 +88,14 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
         if v is not None:
             da *= v
         dh = carry(v, da @ w_rec_t, dh)
+    return gradients(x, h_states, weights, d_pre, dh, need_dx)
+
+
+def gradients(x: np.ndarray, h_states: np.ndarray, weights: RNNWeights, d_pre: np.ndarray,
+              dh0: np.ndarray, need_dx: bool) -> RNNGrads:
+    """Everything after the time loop, from ``d_pre [T, B, H]`` (masked pre-activation
+    gradients) and ``dh0``: the all-steps GEMMs and sums."""
+    T = d_pre.shape[0]
     dx, dw_input, dbias = input_backward(x, d_pre, weights.w_input, 1, need_dx)
     dw_recurrent = outer_sum(h_states[:T], d_pre)
-    return RNNGrads(dx, dh, dw_input, dw_recurrent, dbias)
+    return RNNGrads(dx, dh0, dw_input, dw_recurrent, dbias)

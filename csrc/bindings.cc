@@ -1,0 +1,235 @@
+// fusedrnn._native: the Python face of the native engine (called by fusedrnn/engines/native.py,
+// which validates and allocates every array first: here only dtype and contiguity are checked,
+// never shapes against each other).  The GIL is released while a kernel runs.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include "dispatch.h"
+
+namespace py = pybind11;
+
+namespace fusedrnn {
+namespace {
+
+std::atomic<const EngineTable*> current_table{nullptr};
+
+const EngineTable& table() { return *current_table.load(std::memory_order_acquire); }
+
+void set_isa(const std::string& name) {
+  const EngineTable* t = find_table(name);
+  if (!t) {
+    std::string known;
+    for (const auto& n : supported_isas()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("instruction set '" + name + "' is not available on this CPU/build; "
+                                "available: " + known);
+  }
+  current_table.store(t, std::memory_order_release);
+}
+
+template <class T>
+py::array_t<T> checked(const py::object& o, const char* name) {
+  if (!py::isinstance<py::array_t<T>>(o))
+    throw py::type_error(std::string(name) + " must be a numpy array of the compute dtype");
+  auto a = py::reinterpret_borrow<py::array_t<T>>(o);
+  if (!(a.flags() & py::array::c_style))
+    throw py::value_error(std::string(name) + " must be C-contiguous");
+  return a;
+}
+
+template <class T>
+const T* in(const py::object& o, const char* name) {
+  if (o.is_none()) return nullptr;
+  return checked<T>(o, name).data();
+}
+
+template <class T>
+T* out(const py::object& o, const char* name) {
+  if (o.is_none()) return nullptr;
+  auto a = checked<T>(o, name);
+  if (!a.writeable()) throw py::value_error(std::string(name) + " must be writeable");
+  return a.mutable_data();
+}
+
+const uint8_t* mask(const py::object& o) {
+  if (o.is_none()) return nullptr;
+  auto a = py::reinterpret_borrow<py::array>(o);
+  if (a.dtype().itemsize() != 1 || !(a.flags() & py::array::c_style))
+    throw py::type_error("valid must be a C-contiguous bool/uint8 array");
+  return static_cast<const uint8_t*>(a.data());
+}
+
+bool is_double(const py::object& o) {
+  auto a = py::reinterpret_borrow<py::array>(o);
+  if (a.dtype().is(py::dtype::of<double>())) return true;
+  if (a.dtype().is(py::dtype::of<float>())) return false;
+  throw py::type_error("the native engine computes in float32 or float64");
+}
+
+int64_t dim(const py::object& o, int axis) { return py::reinterpret_borrow<py::array>(o).shape(axis); }
+
+template <class T>
+void lstm_forward(py::object x_gates, py::object w_rec, py::object peep, py::object w_proj,
+                  py::object valid, double cell_clip, py::object gates, py::object c, py::object co,
+                  py::object h, int threads) {
+  LstmForwardArgs<T> a{dim(x_gates, 0), dim(x_gates, 1), dim(c, 2), dim(h, 2),
+                       in<T>(x_gates, "x_gates"), in<T>(w_rec, "w_rec"), in<T>(peep, "peep"),
+                       in<T>(w_proj, "w_proj"), mask(valid), T(cell_clip),
+                       out<T>(gates, "gates"), out<T>(c, "c"), out<T>(co, "co"), out<T>(h, "h")};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.lstm_forward_f(a, threads); else t.lstm_forward_d(a, threads);
+}
+
+template <class T>
+void lstm_backward(py::object gates, py::object c, py::object co, py::object h, py::object w_rec,
+                   py::object peep, py::object w_proj, py::object dh_steps, py::object dc_steps,
+                   py::object valid, py::object d_gates, py::object dh_total, py::object dh,
+                   py::object dc, int threads) {
+  LstmBackwardArgs<T> a{dim(gates, 0), dim(gates, 1), dim(c, 2), dim(h, 2),
+                        in<T>(gates, "gates"), in<T>(c, "c"), in<T>(co, "co"), in<T>(h, "h"),
+                        in<T>(w_rec, "w_rec"), in<T>(peep, "peep"), in<T>(w_proj, "w_proj"),
+                        in<T>(dh_steps, "dh_steps"), in<T>(dc_steps, "dc_steps"), mask(valid),
+                        out<T>(d_gates, "d_gates"), out<T>(dh_total, "dh_total"), out<T>(dh, "dh"),
+                        out<T>(dc, "dc")};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.lstm_backward_f(a, threads); else t.lstm_backward_d(a, threads);
+}
+
+template <class T>
+void gru_forward(py::object x_gates, py::object w_rec, py::object b_rec, py::object valid,
+                 py::object gates, py::object q_h, py::object h, int threads) {
+  GruForwardArgs<T> a{dim(x_gates, 0), dim(x_gates, 1), dim(h, 2), in<T>(x_gates, "x_gates"),
+                      in<T>(w_rec, "w_rec"), in<T>(b_rec, "b_rec"), mask(valid),
+                      out<T>(gates, "gates"), out<T>(q_h, "q_h"), out<T>(h, "h")};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.gru_forward_f(a, threads); else t.gru_forward_d(a, threads);
+}
+
+template <class T>
+void gru_backward(py::object gates, py::object q_h, py::object h, py::object w_rec,
+                  py::object dh_steps, py::object valid, py::object d_a, py::object d_q,
+                  py::object dh, int threads) {
+  GruBackwardArgs<T> a{dim(gates, 0), dim(gates, 1), dim(h, 2), in<T>(gates, "gates"),
+                       in<T>(q_h, "q_h"), in<T>(h, "h"), in<T>(w_rec, "w_rec"),
+                       in<T>(dh_steps, "dh_steps"), mask(valid), out<T>(d_a, "d_a"),
+                       out<T>(d_q, "d_q"), out<T>(dh, "dh")};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.gru_backward_f(a, threads); else t.gru_backward_d(a, threads);
+}
+
+template <class T>
+void rnn_forward(py::object x_gates, py::object w_rec, bool relu, py::object valid, py::object h,
+                 int threads) {
+  RnnForwardArgs<T> a{dim(x_gates, 0), dim(x_gates, 1), dim(h, 2), in<T>(x_gates, "x_gates"),
+                      in<T>(w_rec, "w_rec"), relu, mask(valid), out<T>(h, "h")};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.rnn_forward_f(a, threads); else t.rnn_forward_d(a, threads);
+}
+
+template <class T>
+void rnn_backward(py::object h, py::object w_rec, bool relu, py::object dh_steps, py::object valid,
+                  py::object d_pre, py::object dh, int threads) {
+  RnnBackwardArgs<T> a{dim(h, 0) - 1, dim(h, 1), dim(h, 2), in<T>(h, "h"), in<T>(w_rec, "w_rec"),
+                       relu, in<T>(dh_steps, "dh_steps"), mask(valid), out<T>(d_pre, "d_pre"),
+                       out<T>(dh, "dh")};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.rnn_backward_f(a, threads); else t.rnn_backward_d(a, threads);
+}
+
+template <class T>
+py::array_t<T> tanh_hook(py::array_t<T, py::array::c_style | py::array::forcecast> x) {
+  py::array_t<T> y(x.request().shape);
+  const EngineTable& t = table();
+  const int64_t n = x.size();
+  const T* src = x.data();
+  T* dst = y.mutable_data();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.tanh_f(src, dst, n); else t.tanh_d(src, dst, n);
+  return y;
+}
+
+template <class T>
+py::array_t<T> gemm_hook(py::array_t<T, py::array::c_style | py::array::forcecast> A,
+                         py::array_t<T, py::array::c_style | py::array::forcecast> B,
+                         int64_t repeats) {
+  if (A.ndim() != 2 || B.ndim() != 2 || A.shape(1) != B.shape(0))
+    throw py::value_error("gemm needs A [M, K] and B [K, N]");
+  py::array_t<T> C({A.shape(0), B.shape(1)});
+  const EngineTable& t = table();
+  const int64_t M = A.shape(0), K = A.shape(1), N = B.shape(1);
+  const T *a = A.data(), *b = B.data();
+  T* c = C.mutable_data();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.gemm_f(M, K, N, a, b, c, repeats); else t.gemm_d(M, K, N, a, b, c, repeats);
+  return C;
+}
+
+}  // namespace
+}  // namespace fusedrnn
+
+PYBIND11_MODULE(_native, m) {
+  using namespace fusedrnn;
+  m.doc() = "fusedrnn's native time-loop engine (see fusedrnn/engines/native.py)";
+  current_table.store(find_table(supported_isas().front()));
+
+  m.def("supported_isas", &supported_isas, "Instruction sets usable here, best first.");
+  m.def("isa", [] { return std::string(table().name); }, "The instruction set in use.");
+  m.def("set_isa", &set_isa, py::arg("name"));
+  m.def("panel_width", [](int itemsize) {
+    return itemsize == 8 ? table().panel_width_double : table().panel_width_float;
+  }, py::arg("itemsize"), "NR of the packed GEMM panels (values) for the current ISA.");
+
+  m.def("lstm_forward", [](py::object x_gates, py::object w_rec, py::object peep, py::object w_proj,
+                           py::object valid, double clip, py::object gates, py::object c,
+                           py::object co, py::object h, int threads) {
+    (is_double(x_gates) ? lstm_forward<double> : lstm_forward<float>)(
+        x_gates, w_rec, peep, w_proj, valid, clip, gates, c, co, h, threads);
+  });
+  m.def("lstm_backward", [](py::object gates, py::object c, py::object co, py::object h,
+                            py::object w_rec, py::object peep, py::object w_proj,
+                            py::object dh_steps, py::object dc_steps, py::object valid,
+                            py::object d_gates, py::object dh_total, py::object dh, py::object dc,
+                            int threads) {
+    (is_double(gates) ? lstm_backward<double> : lstm_backward<float>)(
+        gates, c, co, h, w_rec, peep, w_proj, dh_steps, dc_steps, valid, d_gates, dh_total, dh,
+        dc, threads);
+  });
+  m.def("gru_forward", [](py::object x_gates, py::object w_rec, py::object b_rec, py::object valid,
+                          py::object gates, py::object q_h, py::object h, int threads) {
+    (is_double(x_gates) ? gru_forward<double> : gru_forward<float>)(
+        x_gates, w_rec, b_rec, valid, gates, q_h, h, threads);
+  });
+  m.def("gru_backward", [](py::object gates, py::object q_h, py::object h, py::object w_rec,
+                           py::object dh_steps, py::object valid, py::object d_a, py::object d_q,
+                           py::object dh, int threads) {
+    (is_double(gates) ? gru_backward<double> : gru_backward<float>)(
+        gates, q_h, h, w_rec, dh_steps, valid, d_a, d_q, dh, threads);
+  });
+  m.def("rnn_forward", [](py::object x_gates, py::object w_rec, bool relu, py::object valid,
+                          py::object h, int threads) {
+    (is_double(x_gates) ? rnn_forward<double> : rnn_forward<float>)(x_gates, w_rec, relu, valid, h,
+                                                                     threads);
+  });
+  m.def("rnn_backward", [](py::object h, py::object w_rec, bool relu, py::object dh_steps,
+                           py::object valid, py::object d_pre, py::object dh, int threads) {
+    (is_double(h) ? rnn_backward<double> : rnn_backward<float>)(h, w_rec, relu, dh_steps, valid,
+                                                                d_pre, dh, threads);
+  });
+  m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
+  m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
+  m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,
+        "Test/benchmark hook: A @ B through the packed micro-kernel (B packed once, the product "
+        "computed `repeats` times).");
+  m.def("gemm_f64", &gemm_hook<double>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,
+        "Test/benchmark hook: as gemm_f32 in float64.");
+}

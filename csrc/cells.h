@@ -1,0 +1,32 @@
+// Declarations of one ISA's cell kernels (lstm.cc, gru.cc, rnn.cc), collected by isa_table.cc.
+#pragma once
+
+#include "engine.h"
+#include "gemm_kernels.h"
+
+namespace fusedrnn {
+namespace FUSEDRNN_ISA {
+
+template <class T> void lstm_forward(const LstmForwardArgs<T>& args, int threads);
+template <class T> void lstm_backward(const LstmBackwardArgs<T>& args, int threads);
+template <class T> void gru_forward(const GruForwardArgs<T>& args, int threads);
+template <class T> void gru_backward(const GruBackwardArgs<T>& args, int threads);
+template <class T> void rnn_forward(const RnnForwardArgs<T>& args, int threads);
+template <class T> void rnn_backward(const RnnBackwardArgs<T>& args, int threads);
+
+// Team size for a job whose phases split `blocks` panels each: never more threads than blocks.
+inline int team_size(int threads, int64_t blocks) {
+  if (blocks < 1) return 1;
+  return int(threads < blocks ? threads : blocks);
+}
+
+// Runs `Job::run(thread, num_threads, sync)` of a job object on the team.
+template <class Job>
+void run_job(Job& job, int threads) {
+  run_team(threads, [](void* context, int t, int n, Sync* sync) {
+    static_cast<Job*>(context)->run(t, n, sync);
+  }, &job);
+}
+
+}  // namespace FUSEDRNN_ISA
+}  // namespace fusedrnn

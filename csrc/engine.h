@@ -1,0 +1,147 @@
+// The interface between the ISA-independent part of the native engine (bindings, dispatch, the
+// thread team) and the time-loop kernels, which are compiled once per instruction set.
+//
+// Shape legend: T steps, B batch, H units, P emitted size (Hout: the projection size for an
+// LSTM with projection, else H).  Every array is C-contiguous, time-major, in scan order, and
+// has exactly the shape stated; the Python side validates and allocates them (no bounds checks
+// here).  valid[T, B] (1 = the step belongs to the sequence) may be null: every step valid.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fusedrnn {
+
+// LSTM forward over one pseudo-layer (fusedrnn/engines/lstm.py has the math).  x_gates and
+// w_rec come with the sigmoid gates' columns (i, f, o) already halved, peep (wci, wcf, wco:
+// [3, H]) too, so that one tanh gives every gate: σ(z) = (1 + tanh(z/2)) / 2.
+template <class T>
+struct LstmForwardArgs {
+  int64_t steps, batch, units, out_units;  // T, B, H, P
+  const T* x_gates;   // [T, B, 4H]  x W + b, halved columns
+  const T* w_rec;     // [P, 4H]     halved columns
+  const T* peep;      // [3, H] halved, or null
+  const T* w_proj;    // [H, P] or null (then P == H)
+  const uint8_t* valid;
+  T cell_clip;        // > 0: clip c to [-clip, clip]
+  T* gates;           // [T, B, 4H]  out: i, f, c', o activations
+  T* c;               // [T+1, B, H] c[0] given, c[1:] out
+  T* co;              // [T, B, H]   out: tanh(c[t+1])
+  T* h;               // [T+1, B, P] h[0] given, h[1:] out
+};
+
+template <class T>
+struct LstmBackwardArgs {
+  int64_t steps, batch, units, out_units;
+  const T* gates; const T* c; const T* co; const T* h;   // the forward's trace
+  const T* w_rec;     // [P, 4H] (not halved)
+  const T* peep;      // [3, H] (not halved) or null
+  const T* w_proj;    // [H, P] or null
+  const T* dh_steps;  // [T, B, P] or null
+  const T* dc_steps;  // [T, B, H] or null
+  const uint8_t* valid;
+  T* d_gates;         // [T, B, 4H] out: pre-activation gradients (masked)
+  T* dh_total;        // [T, B, P]  out (projection only): dL/dh_t, masked
+  T* dh;              // [B, P] in: dL/dh_T, out: dL/dh_0
+  T* dc;              // [B, H] in: dL/dc_T, out: dL/dc_0
+};
+
+template <class T>
+struct GruForwardArgs {
+  int64_t steps, batch, units;
+  const T* x_gates;   // [T, B, 3H] x W + bW
+  const T* w_rec;     // [H, 3H]
+  const T* b_rec;     // [3H]
+  const uint8_t* valid;
+  T* gates;           // [T, B, 3H] out: r, u, h'
+  T* q_h;             // [T, B, H]  out: h_{t-1} R_h + bR_h
+  T* h;               // [T+1, B, H]
+};
+
+template <class T>
+struct GruBackwardArgs {
+  int64_t steps, batch, units;
+  const T* gates; const T* q_h; const T* h;
+  const T* w_rec;     // [H, 3H]
+  const T* dh_steps;  // [T, B, H] or null
+  const uint8_t* valid;
+  T* d_a;             // [T, B, 3H] out: gradient of the input pre-activations
+  T* d_q;             // [T, B, 3H] out: gradient of the recurrent pre-activations
+  T* dh;              // [B, H] in/out
+};
+
+template <class T>
+struct RnnForwardArgs {
+  int64_t steps, batch, units;
+  const T* x_gates;   // [T, B, H] x W + b
+  const T* w_rec;     // [H, H]
+  bool relu;          // else tanh
+  const uint8_t* valid;
+  T* h;               // [T+1, B, H]
+};
+
+template <class T>
+struct RnnBackwardArgs {
+  int64_t steps, batch, units;
+  const T* h;
+  const T* w_rec;
+  bool relu;
+  const T* dh_steps;
+  const uint8_t* valid;
+  T* d_pre;           // [T, B, H] out
+  T* dh;              // [B, H] in/out
+};
+
+// One instruction set's kernels.  `threads` is the team size asked for; results do not depend
+// on it (each thread owns whole output columns, no reduction is split).
+struct EngineTable {
+  const char* name;
+  int panel_width_float, panel_width_double;  // NR of the packed GEMM panels
+  void (*lstm_forward_f)(const LstmForwardArgs<float>&, int threads);
+  void (*lstm_forward_d)(const LstmForwardArgs<double>&, int threads);
+  void (*lstm_backward_f)(const LstmBackwardArgs<float>&, int threads);
+  void (*lstm_backward_d)(const LstmBackwardArgs<double>&, int threads);
+  void (*gru_forward_f)(const GruForwardArgs<float>&, int threads);
+  void (*gru_forward_d)(const GruForwardArgs<double>&, int threads);
+  void (*gru_backward_f)(const GruBackwardArgs<float>&, int threads);
+  void (*gru_backward_d)(const GruBackwardArgs<double>&, int threads);
+  void (*rnn_forward_f)(const RnnForwardArgs<float>&, int threads);
+  void (*rnn_forward_d)(const RnnForwardArgs<double>&, int threads);
+  void (*rnn_backward_f)(const RnnBackwardArgs<float>&, int threads);
+  void (*rnn_backward_d)(const RnnBackwardArgs<double>&, int threads);
+  // Test/benchmark hooks: tanh over n values; C[M, N] = A[M, K] B[K, N] through the packed
+  // kernel (B packed once, the product computed `repeats` times).
+  void (*tanh_f)(const float* in, float* out, int64_t n);
+  void (*tanh_d)(const double* in, double* out, int64_t n);
+  void (*gemm_f)(int64_t M, int64_t K, int64_t N, const float* A, const float* Bm, float* C,
+                 int64_t repeats);
+  void (*gemm_d)(int64_t M, int64_t K, int64_t N, const double* A, const double* Bm, double* C,
+                 int64_t repeats);
+};
+
+// Defined in dispatch.cc: the tables compiled into this build (null where not compiled).
+const EngineTable* table_portable();
+const EngineTable* table_avx2();
+const EngineTable* table_avx512();
+
+// ---- services of the ISA-independent part, callable from the kernels (team.cc) ----
+
+// Barrier of the team running the current job.
+class Sync {
+ public:
+  virtual void wait() = 0;
+  virtual ~Sync() = default;
+};
+
+using JobFunction = void (*)(void* context, int thread, int num_threads, Sync* sync);
+
+// Runs job(context, t, n, sync) for t = 0..n-1 on the engine's persistent team (the caller is
+// thread 0), n <= threads.  When the team is busy (another Python thread is inside a call) the
+// job runs on the calling thread alone (n = 1), which gives the same bits.
+void run_team(int threads, JobFunction job, void* context);
+
+// 64-byte aligned workspace (never null; throws std::bad_alloc).
+void* workspace_alloc(size_t bytes);
+void workspace_free(void* p);
+
+}  // namespace fusedrnn

@@ -1,0 +1,153 @@
+// GRU (cuDNN "linear before reset") time loop, forward and backward, over one pseudo-layer
+// (math: fusedrnn/engines/gru.py; the pointwise operations are the NumPy engine's, in its
+// order).  Thread t owns units [u0, u1) of all three gate groups for the whole sequence.
+#include "cells.h"
+#include "activations.h"
+
+namespace fusedrnn {
+namespace FUSEDRNN_ISA {
+
+namespace {
+
+template <class T>
+struct GruForwardJob {
+  const GruForwardArgs<T>& a;
+  PackedMatrix<T> rec;  // R: K = H, groups r, u, h' of H columns
+  T* q;                 // [B, 3H] h_{t-1} R + bR
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
+    int64_t j0, j1;
+    split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
+    pack_panels(a.w_rec, G, 1, rec, j0, j1);
+    const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
+    const T half = T(0.5);
+    for (int64_t t = 0; t < T_; ++t) {
+      const T* h_prev_t = a.h + t * B * H;
+      T* h_next_t = a.h + (t + 1) * B * H;
+      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      if (n > 0) {
+        gemm_panels(B, h_prev_t, H, rec, j0, j1, q, G);
+        for (int64_t b = 0; b < B; ++b) {
+          T* qb = q + b * G;
+          const T* xg = a.x_gates + (t * B + b) * G;
+          T* g = a.gates + (t * B + b) * G;
+          T* qh = a.q_h + (t * B + b) * H;
+          const T* hp = h_prev_t + b * H;
+          T* hn = h_next_t + b * H;
+          for (int k = 0; k < 3; ++k)
+            for (int64_t u = u0; u < u1; ++u) qb[k * H + u] += a.b_rec[k * H + u];
+          for (int k = 0; k < 2; ++k) {
+            T* gk = g + k * H;
+            for (int64_t u = u0; u < u1; ++u) gk[u] = (xg[k * H + u] + qb[k * H + u]) * half;
+            tanh_array(gk + u0, gk + u0, n);
+            for (int64_t u = u0; u < u1; ++u) gk[u] = (gk[u] + T(1)) * half;
+          }
+          T* gn = g + 2 * H;
+          for (int64_t u = u0; u < u1; ++u) {
+            qh[u] = qb[2 * H + u];
+            T v = g[u] * qb[2 * H + u];
+            gn[u] = v + xg[2 * H + u];
+          }
+          tanh_array(gn + u0, gn + u0, n);
+          const T* gu = g + H;
+          for (int64_t u = u0; u < u1; ++u) {
+            T v = hp[u] - gn[u];
+            v *= gu[u];
+            hn[u] = v + gn[u];
+          }
+          if (valid && !valid[b])
+            for (int64_t u = u0; u < u1; ++u) hn[u] = hp[u];
+        }
+      }
+      sync->wait();
+    }
+  }
+};
+
+template <class T>
+struct GruBackwardJob {
+  const GruBackwardArgs<T>& a;
+  PackedMatrix<T> rec_t;  // Rᵀ: K = 3H, N = H
+  T* dh_prev;             // [B, H]
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
+    int64_t j0, j1;
+    split_blocks(rec_t.panels(), t_id, n_threads, &j0, &j1);
+    pack_panels(a.w_rec, 1, G, rec_t, j0, j1);
+    const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
+    for (int64_t t = T_ - 1; t >= 0; --t) {
+      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      for (int64_t b = 0; b < B; ++b) {
+        T* dh = a.dh + b * H;
+        if (a.dh_steps) {
+          const T* ds = a.dh_steps + (t * B + b) * H;
+          for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
+        }
+        const T* g = a.gates + (t * B + b) * G;
+        const T *r = g, *ug = g + H, *n = g + 2 * H;
+        const T* qh = a.q_h + (t * B + b) * H;
+        const T* hp = a.h + (t * B + b) * H;
+        T* da = a.d_a + (t * B + b) * G;
+        T* dq = a.d_q + (t * B + b) * G;
+        const bool has_mask = valid != nullptr;
+        const T v = (!valid || valid[b]) ? T(1) : T(0);
+        for (int64_t u = u0; u < u1; ++u) {
+          const T d_n = dh[u] * ((T(1) - ug[u]) * (T(1) - n[u] * n[u]));
+          const T d_u = dh[u] * (((hp[u] - n[u]) * ug[u]) * (T(1) - ug[u]));
+          const T d_r = d_n * ((qh[u] * r[u]) * (T(1) - r[u]));
+          const T dq_h = d_n * r[u];
+          if (has_mask) {
+            da[u] = d_r * v; da[H + u] = d_u * v; da[2 * H + u] = d_n * v;
+            dq[u] = d_r * v; dq[H + u] = d_u * v; dq[2 * H + u] = dq_h * v;
+          } else {
+            da[u] = d_r; da[H + u] = d_u; da[2 * H + u] = d_n;
+            dq[u] = d_r; dq[H + u] = d_u; dq[2 * H + u] = dq_h;
+          }
+        }
+      }
+      sync->wait();
+      if (u1 > u0) {
+        gemm_panels(B, a.d_q + t * B * G, G, rec_t, j0, j1, dh_prev, H);
+        for (int64_t b = 0; b < B; ++b) {
+          const T* ug = a.gates + (t * B + b) * G + H;
+          T* dh = a.dh + b * H;
+          const T* dp = dh_prev + b * H;
+          if (valid && !valid[b]) continue;
+          for (int64_t u = u0; u < u1; ++u) dh[u] = dp[u] + dh[u] * ug[u];
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <class T>
+void gru_forward(const GruForwardArgs<T>& a, int threads) {
+  GruForwardJob<T> job{a, {}, nullptr};
+  job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
+  Buffer<T> rec(job.rec.values()), q(size_t(a.batch * 3 * a.units));
+  job.rec.data = rec.data;
+  job.q = q.data;
+  run_job(job, team_size(threads, job.rec.panels()));
+}
+
+template <class T>
+void gru_backward(const GruBackwardArgs<T>& a, int threads) {
+  GruBackwardJob<T> job{a, {}, nullptr};
+  job.rec_t.rows = 3 * a.units; job.rec_t.columns = a.units;
+  Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
+  job.rec_t.data = rec_t.data;
+  job.dh_prev = dh_prev.data;
+  run_job(job, team_size(threads, job.rec_t.panels()));
+}
+
+template void gru_forward<float>(const GruForwardArgs<float>&, int);
+template void gru_forward<double>(const GruForwardArgs<double>&, int);
+template void gru_backward<float>(const GruBackwardArgs<float>&, int);
+template void gru_backward<double>(const GruBackwardArgs<double>&, int);
+
+}  // namespace FUSEDRNN_ISA
+}  // namespace fusedrnn

@@ -1,0 +1,231 @@
+// LSTM time loop, forward and backward, over one pseudo-layer (math: fusedrnn/engines/lstm.py;
+// every pointwise operation below is the NumPy engine's, in the same order, so that only the
+// recurrent GEMM's summation order and tanh's last bits differ from it).
+//
+// Work split: thread t owns hidden units [u0, u1) (whole panels of R's gate groups, so the four
+// gate columns of a unit are computed by one thread) for the whole sequence, and, with a
+// projection, emitted columns [p0, p1).  Per step: forward = GEMM slice + gate math, barrier
+// (+ projection slice, barrier); backward = (with a projection: dh slice, barrier, dm slice =
+// dh W_Pᵀ) gate gradients, barrier, dh_{t-1} slice = dG Rᵀ.
+#include "cells.h"
+#include "activations.h"
+
+namespace fusedrnn {
+namespace FUSEDRNN_ISA {
+
+namespace {
+
+template <class T>
+struct LstmForwardJob {
+  const LstmForwardArgs<T>& a;
+  PackedMatrix<T> rec, proj;  // R: K = P, groups i, f, c, o of H columns; W_P: K = H, N = P
+  T* m;                       // [B, H] o ⊙ tanh(c) before the projection
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
+    int64_t j0, j1, q0 = 0, q1 = 0;
+    split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
+    pack_panels(a.w_rec, G, 1, rec, j0, j1);
+    if (a.w_proj) {
+      split_blocks(proj.panels(), t_id, n_threads, &q0, &q1);
+      pack_panels(a.w_proj, P, 1, proj, q0, q1);
+    }
+    const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
+    const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
+    const T half = T(0.5), clip = a.cell_clip;
+    for (int64_t t = 0; t < T_; ++t) {
+      const T* h_prev = a.h + t * B * P;
+      T* h_next = a.h + (t + 1) * B * P;
+      const T* c_prev_t = a.c + t * B * H;
+      T* c_next_t = a.c + (t + 1) * B * H;
+      T* g_t = a.gates + t * B * G;
+      const T* xg_t = a.x_gates + t * B * G;
+      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      if (n > 0) {
+        gemm_panels(B, h_prev, P, rec, j0, j1, g_t, G);
+        for (int64_t b = 0; b < B; ++b) {
+          T* g = g_t + b * G;
+          const T* xg = xg_t + b * G;
+          const T* cp = c_prev_t + b * H;
+          T* cn = c_next_t + b * H;
+          T* co = a.co + (t * B + b) * H;
+          T *gi = g, *gf = g + H, *gc = g + 2 * H, *go = g + 3 * H;
+          for (int k = 0; k < 4; ++k)
+            for (int64_t u = u0; u < u1; ++u) g[k * H + u] += xg[k * H + u];
+          if (a.peep) {
+            for (int64_t u = u0; u < u1; ++u) gi[u] += cp[u] * a.peep[u];
+            for (int64_t u = u0; u < u1; ++u) gf[u] += cp[u] * a.peep[H + u];
+            for (int k = 0; k < 3; ++k) tanh_array(g + k * H + u0, g + k * H + u0, n);
+          } else {
+            for (int k = 0; k < 4; ++k) tanh_array(g + k * H + u0, g + k * H + u0, n);
+          }
+          for (int64_t u = u0; u < u1; ++u) gi[u] = (gi[u] + T(1)) * half;
+          for (int64_t u = u0; u < u1; ++u) gf[u] = (gf[u] + T(1)) * half;
+          for (int64_t u = u0; u < u1; ++u) {
+            T c = gf[u] * cp[u];
+            c += gi[u] * gc[u];
+            if (clip > 0) c = c < -clip ? -clip : (c > clip ? clip : c);
+            cn[u] = c;
+          }
+          if (a.peep) {
+            for (int64_t u = u0; u < u1; ++u) go[u] += cn[u] * a.peep[2 * H + u];
+            tanh_array(go + u0, go + u0, n);
+          }
+          for (int64_t u = u0; u < u1; ++u) go[u] = (go[u] + T(1)) * half;
+          tanh_array(cn + u0, co + u0, n);
+          T* out = a.w_proj ? m + b * H : h_next + b * P;
+          for (int64_t u = u0; u < u1; ++u) out[u] = go[u] * co[u];
+          if (valid && !valid[b]) {
+            for (int64_t u = u0; u < u1; ++u) cn[u] = cp[u];
+            if (!a.w_proj)
+              for (int64_t u = u0; u < u1; ++u) h_next[b * P + u] = h_prev[b * P + u];
+          }
+        }
+      }
+      if (a.w_proj) {
+        sync->wait();
+        if (p1 > p0) {
+          gemm_panels(B, m, H, proj, q0, q1, h_next, P);
+          for (int64_t b = 0; b < B; ++b)
+            if (valid && !valid[b])
+              for (int64_t p = p0; p < p1; ++p) h_next[b * P + p] = h_prev[b * P + p];
+        }
+      }
+      sync->wait();
+    }
+  }
+};
+
+template <class T>
+struct LstmBackwardJob {
+  const LstmBackwardArgs<T>& a;
+  PackedMatrix<T> rec_t, proj_t;  // Rᵀ: K = 4H, N = P; W_Pᵀ: K = P, N = H
+  T* dm;                          // [B, H] gradient of o ⊙ tanh(c) (projection only)
+  T* dh_prev;                     // [B, P] dG Rᵀ
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
+    int64_t j0, j1, q0, q1;
+    // Units: panels of Wᵀ_P (projection) or of Rᵀ (then P == H and the two splits coincide).
+    const PackedMatrix<T>& unit_matrix = a.w_proj ? proj_t : rec_t;
+    split_blocks(unit_matrix.panels(), t_id, n_threads, &j0, &j1);
+    split_blocks(rec_t.panels(), t_id, n_threads, &q0, &q1);
+    pack_panels(a.w_rec, 1, G, rec_t, q0, q1);
+    if (a.w_proj) pack_panels(a.w_proj, 1, P, proj_t, j0, j1);
+    const int64_t u0 = j0 * unit_matrix.nr, u1 = j1 * unit_matrix.nr < H ? j1 * unit_matrix.nr : H;
+    const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;
+    const T* wci = a.peep;
+    const T* wcf = a.peep ? a.peep + H : nullptr;
+    const T* wco = a.peep ? a.peep + 2 * H : nullptr;
+    for (int64_t t = T_ - 1; t >= 0; --t) {
+      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      for (int64_t b = 0; b < B; ++b) {  // own emitted columns of dh
+        T* dh = a.dh + b * P;
+        if (a.dh_steps) {
+          const T* ds = a.dh_steps + (t * B + b) * P;
+          for (int64_t p = p0; p < p1; ++p) dh[p] += ds[p];
+        }
+        if (a.w_proj) {
+          T* total = a.dh_total + (t * B + b) * P;
+          const bool live = !valid || valid[b];
+          for (int64_t p = p0; p < p1; ++p) total[p] = live ? dh[p] : T(0);
+        }
+      }
+      if (a.w_proj) {
+        sync->wait();
+        if (u1 > u0) gemm_panels(B, a.dh, P, proj_t, j0, j1, dm, H);
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        const T* g = a.gates + (t * B + b) * G;
+        const T *i = g, *f = g + H, *cc = g + 2 * H, *o = g + 3 * H;
+        const T* co = a.co + (t * B + b) * H;
+        const T* cp = a.c + (t * B + b) * H;
+        const T* dm_b = a.w_proj ? dm + b * H : a.dh + b * P;
+        T* dg = a.d_gates + (t * B + b) * G;
+        T *dgi = dg, *dgf = dg + H, *dgc = dg + 2 * H, *dgo = dg + 3 * H;
+        T* dc = a.dc + b * H;
+        const T* dcs_step = a.dc_steps ? a.dc_steps + (t * B + b) * H : nullptr;
+        const bool has_mask = valid != nullptr;
+        const T v = (!valid || valid[b]) ? T(1) : T(0);
+        for (int64_t u = u0; u < u1; ++u) {
+          if (dcs_step) dc[u] += dcs_step[u];
+          const T dmu = dm_b[u];
+          const T d_o = dmu * ((o[u] * (T(1) - o[u])) * co[u]);
+          T dcs = dmu * ((T(1) - co[u] * co[u]) * o[u]);
+          dcs += dc[u];
+          if (wco) dcs += d_o * wco[u];
+          const T d_i = dcs * (cc[u] * (i[u] * (T(1) - i[u])));
+          const T d_f = dcs * (cp[u] * (f[u] * (T(1) - f[u])));
+          const T d_c = dcs * (i[u] * (T(1) - cc[u] * cc[u]));
+          T dc_prev = dcs * f[u];
+          if (wci) dc_prev += d_i * wci[u] + d_f * wcf[u];
+          if (has_mask) {
+            dgi[u] = d_i * v; dgf[u] = d_f * v; dgc[u] = d_c * v; dgo[u] = d_o * v;
+            if (v != T(0)) dc[u] = dc_prev;
+          } else {
+            dgi[u] = d_i; dgf[u] = d_f; dgc[u] = d_c; dgo[u] = d_o;
+            dc[u] = dc_prev;
+          }
+        }
+      }
+      sync->wait();
+      if (p1 > p0) {
+        gemm_panels(B, a.d_gates + t * B * G, G, rec_t, q0, q1, dh_prev, P);
+        for (int64_t b = 0; b < B; ++b) {
+          if (valid && !valid[b]) continue;
+          for (int64_t p = p0; p < p1; ++p) a.dh[b * P + p] = dh_prev[b * P + p];
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <class T>
+void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
+  LstmForwardJob<T> job{a, {}, {}, nullptr};
+  job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
+  Buffer<T> rec(job.rec.values());
+  job.rec.data = rec.data;
+  int64_t blocks = job.rec.panels();
+  size_t proj_values = 0;
+  if (a.w_proj) {
+    job.proj.rows = a.units; job.proj.columns = a.out_units;
+    proj_values = job.proj.values();
+    blocks = blocks < job.proj.panels() ? blocks : job.proj.panels();
+  }
+  Buffer<T> proj(proj_values), m(a.w_proj ? size_t(a.batch * a.units) : 0);
+  job.proj.data = proj.data;
+  job.m = m.data;
+  run_job(job, team_size(threads, blocks));
+}
+
+template <class T>
+void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
+  LstmBackwardJob<T> job{a, {}, {}, nullptr, nullptr};
+  job.rec_t.rows = 4 * a.units; job.rec_t.columns = a.out_units;
+  Buffer<T> rec_t(job.rec_t.values());
+  job.rec_t.data = rec_t.data;
+  int64_t blocks = job.rec_t.panels();
+  size_t proj_values = 0;
+  if (a.w_proj) {
+    job.proj_t.rows = a.out_units; job.proj_t.columns = a.units;
+    proj_values = job.proj_t.values();
+    blocks = blocks < job.proj_t.panels() ? blocks : job.proj_t.panels();
+  }
+  Buffer<T> proj_t(proj_values), dm(a.w_proj ? size_t(a.batch * a.units) : 0),
+      dh_prev(size_t(a.batch * a.out_units));
+  job.proj_t.data = proj_t.data;
+  job.dm = dm.data;
+  job.dh_prev = dh_prev.data;
+  run_job(job, team_size(threads, blocks));
+}
+
+template void lstm_forward<float>(const LstmForwardArgs<float>&, int);
+template void lstm_forward<double>(const LstmForwardArgs<double>&, int);
+template void lstm_backward<float>(const LstmBackwardArgs<float>&, int);
+template void lstm_backward<double>(const LstmBackwardArgs<double>&, int);
+
+}  // namespace FUSEDRNN_ISA
+}  // namespace fusedrnn

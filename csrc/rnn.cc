@@ -1,0 +1,124 @@
+// Plain RNN (tanh / relu) time loop, forward and backward, over one pseudo-layer (math:
+// fusedrnn/engines/simple_rnn.py, pointwise operations in its order).  Thread t owns units
+// [u0, u1) for the whole sequence.
+#include "cells.h"
+#include "activations.h"
+
+namespace fusedrnn {
+namespace FUSEDRNN_ISA {
+
+namespace {
+
+// np.maximum(a, 0): NaN propagates.
+template <class T>
+inline T relu(T a) {
+  return (a >= T(0) || a != a) ? a : T(0);
+}
+
+template <class T>
+struct RnnForwardJob {
+  const RnnForwardArgs<T>& a;
+  PackedMatrix<T> rec;
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    const int64_t T_ = a.steps, B = a.batch, H = a.units;
+    int64_t j0, j1;
+    split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
+    pack_panels(a.w_rec, H, 1, rec, j0, j1);
+    const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
+    for (int64_t t = 0; t < T_; ++t) {
+      const T* h_prev_t = a.h + t * B * H;
+      T* h_next_t = a.h + (t + 1) * B * H;
+      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      if (n > 0) {
+        gemm_panels(B, h_prev_t, H, rec, j0, j1, h_next_t, H);
+        for (int64_t b = 0; b < B; ++b) {
+          T* hn = h_next_t + b * H;
+          const T* xg = a.x_gates + (t * B + b) * H;
+          for (int64_t u = u0; u < u1; ++u) hn[u] += xg[u];
+          if (a.relu) {
+            for (int64_t u = u0; u < u1; ++u) hn[u] = relu(hn[u]);
+          } else {
+            tanh_array(hn + u0, hn + u0, n);
+          }
+          if (valid && !valid[b])
+            for (int64_t u = u0; u < u1; ++u) hn[u] = h_prev_t[b * H + u];
+        }
+      }
+      sync->wait();
+    }
+  }
+};
+
+template <class T>
+struct RnnBackwardJob {
+  const RnnBackwardArgs<T>& a;
+  PackedMatrix<T> rec_t;
+  T* dh_prev;
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    const int64_t T_ = a.steps, B = a.batch, H = a.units;
+    int64_t j0, j1;
+    split_blocks(rec_t.panels(), t_id, n_threads, &j0, &j1);
+    pack_panels(a.w_rec, 1, H, rec_t, j0, j1);
+    const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
+    for (int64_t t = T_ - 1; t >= 0; --t) {
+      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      for (int64_t b = 0; b < B; ++b) {
+        T* dh = a.dh + b * H;
+        if (a.dh_steps) {
+          const T* ds = a.dh_steps + (t * B + b) * H;
+          for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
+        }
+        const T* h = a.h + ((t + 1) * B + b) * H;
+        T* da = a.d_pre + (t * B + b) * H;
+        if (a.relu) {
+          for (int64_t u = u0; u < u1; ++u) da[u] = dh[u] * (h[u] > T(0) ? T(1) : T(0));
+        } else {
+          for (int64_t u = u0; u < u1; ++u) da[u] = dh[u] * (T(1) - h[u] * h[u]);
+        }
+        if (valid) {
+          const T v = valid[b] ? T(1) : T(0);
+          for (int64_t u = u0; u < u1; ++u) da[u] *= v;
+        }
+      }
+      sync->wait();
+      if (u1 > u0) {
+        gemm_panels(B, a.d_pre + t * B * H, H, rec_t, j0, j1, dh_prev, H);
+        for (int64_t b = 0; b < B; ++b) {
+          if (valid && !valid[b]) continue;
+          for (int64_t u = u0; u < u1; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <class T>
+void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
+  RnnForwardJob<T> job{a, {}};
+  job.rec.rows = a.units; job.rec.columns = a.units;
+  Buffer<T> rec(job.rec.values());
+  job.rec.data = rec.data;
+  run_job(job, team_size(threads, job.rec.panels()));
+}
+
+template <class T>
+void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
+  RnnBackwardJob<T> job{a, {}, nullptr};
+  job.rec_t.rows = a.units; job.rec_t.columns = a.units;
+  Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
+  job.rec_t.data = rec_t.data;
+  job.dh_prev = dh_prev.data;
+  run_job(job, team_size(threads, job.rec_t.panels()));
+}
+
+template void rnn_forward<float>(const RnnForwardArgs<float>&, int);
+template void rnn_forward<double>(const RnnForwardArgs<double>&, int);
+template void rnn_backward<float>(const RnnBackwardArgs<float>&, int);
+template void rnn_backward<double>(const RnnBackwardArgs<double>&, int);
+
+}  // namespace FUSEDRNN_ISA
+}  // namespace fusedrnn

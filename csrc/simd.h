@@ -1,0 +1,80 @@
+// Vector types of the instruction set this translation unit is compiled for.
+//
+// Every kernel source (lstm.cc, gru.cc, rnn.cc, isa_table.cc) is compiled once per ISA with
+// FUSEDRNN_ISA (the namespace: avx512, avx2, portable) and FUSEDRNN_VECTOR_BYTES (64, 32, 16)
+// defined by CMakeLists.txt.  Everything below lives in that namespace so the three copies never
+// meet at link time; the kernels use no inline library templates for the same reason.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if !defined(FUSEDRNN_ISA) || !defined(FUSEDRNN_VECTOR_BYTES)
+#error "compile kernel sources through CMakeLists.txt (FUSEDRNN_ISA, FUSEDRNN_VECTOR_BYTES)"
+#endif
+
+#if FUSEDRNN_VECTOR_BYTES >= 32
+#include <immintrin.h>
+#endif
+
+namespace fusedrnn {
+namespace FUSEDRNN_ISA {
+
+constexpr int kVectorBytes = FUSEDRNN_VECTOR_BYTES;
+
+template <class T> struct IntOf;
+template <> struct IntOf<float> { using type = int32_t; };
+template <> struct IntOf<double> { using type = int64_t; };
+
+// GCC/Clang vector extensions: lane-wise IEEE arithmetic; the compiler lowers them to the ISA.
+template <class T>
+struct Vec {
+  static constexpr int width = kVectorBytes / int(sizeof(T));
+  typedef T type __attribute__((vector_size(kVectorBytes)));
+  typedef typename IntOf<T>::type int_type __attribute__((vector_size(kVectorBytes)));
+};
+
+template <class T> using V = typename Vec<T>::type;
+template <class T> using VI = typename Vec<T>::int_type;
+
+template <class T>
+inline V<T> load(const T* p) {
+  V<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class T>
+inline void store(T* p, V<T> v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+template <class T>
+inline V<T> splat(T s) {
+  V<T> zero = {};
+  return zero + s;
+}
+
+// a * b + c: one rounding (FMA) where the ISA has it, else two (the portable path).
+inline V<float> fmadd(V<float> a, V<float> b, V<float> c) {
+#if FUSEDRNN_VECTOR_BYTES == 64
+  return (V<float>)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif FUSEDRNN_VECTOR_BYTES == 32
+  return (V<float>)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+  return a * b + c;
+#endif
+}
+
+inline V<double> fmadd(V<double> a, V<double> b, V<double> c) {
+#if FUSEDRNN_VECTOR_BYTES == 64
+  return (V<double>)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif FUSEDRNN_VECTOR_BYTES == 32
+  return (V<double>)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+  return a * b + c;
+#endif
+}
+
+}  // namespace FUSEDRNN_ISA
+}  // namespace fusedrnn

@@ -1,0 +1,197 @@
+"""The native backend: the NumPy engines' functions, with the time loops in compiled code.
+
+Same signatures and results as :mod:`.lstm`, :mod:`.gru`, :mod:`.simple_rnn` (the reference;
+results agree to round-off: the recurrent GEMM sums in another order and tanh differs in its
+last bits, see ``docs/native_engine.md``).  Split of the work per pseudo-layer:
+
+* Python (here, reusing the NumPy engines' own helpers): the all-steps input GEMM
+  ``x W + b`` (:func:`.common.input_projection`) before the loop, and after it the
+  weight-gradient GEMMs and bias sums over T·B rows (``gradients`` of each engine);
+* ``fusedrnn._native``: the whole time loop in one call with the GIL released: per step the
+  recurrent GEMM ``h_{t-1} R`` (R packed once per call) and the gate math fused after it,
+  recording the same trace (:class:`.lstm.LSTMTrace`, ...) into the arrays passed in
+  (e.g. views into ``reserve_space``), so a native forward feeds a NumPy backward and back.
+
+Native workspace per call (besides the trace and gradients the caller sees): the packed
+recurrent matrix, ``G·ceil(N/NR)·K·NR`` values (≈ the size of R: K = Hout, N = H, G gates;
+NR = 32 float32 / 16 float64 values with AVX-512, 16 / 8 with AVX2, 8 / 4 portable), the
+packed projection ``W_P`` (LSTM with projection) and ``[B, G·H]`` / ``[B, Hout]`` step
+buffers — :func:`workspace_nbytes`, which the ``MemoryError`` estimates include.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import settings
+from . import gru, lstm, simple_rnn
+from .common import input_projection, trace_arrays
+from .lstm import CUDNN_LSTM, LSTMOptions
+
+
+def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int) -> int:
+    """Upper bound of the native kernels' own workspace in one pseudo-layer call, forward or
+    backward (the peak; freed when the call returns): the packed recurrent matrix and, for an
+    LSTM with projection, the packed ``W_P``, both with the widest panels (NR = 32 float32 /
+    16 float64 values, zero-padded to a multiple of NR columns), plus the step buffers
+    (``[B, G·H]`` and ``[B, Hout]``).  Everything else a call uses is a NumPy array the
+    callers' estimates already count (the trace, ``x W + b``, the gate gradients)."""
+    G = {"lstm": 4, "gru": 3}.get(mode, 1)
+    nr = 2 * 64 // itemsize
+    padded = lambda n: -(-n // nr) * nr  # noqa: E731
+    packed = G * max(padded(H) * Hout, H * padded(Hout))
+    if Hout != H:
+        packed += max(padded(Hout) * H, Hout * padded(H))
+    step = B * (G * H + 2 * Hout + H)
+    return (packed + step) * itemsize
+
+
+def _c(a: np.ndarray | None, dtype) -> np.ndarray | None:
+    """C-contiguous in the compute dtype (copies only where needed)."""
+    return None if a is None else np.ascontiguousarray(a, dtype=dtype)
+
+
+def _mask(valid: np.ndarray | None) -> np.ndarray | None:
+    return None if valid is None else np.ascontiguousarray(valid, dtype=np.bool_)
+
+
+def _recording(out, shapes: list, dtype) -> tuple[list, list]:
+    """Arrays for the kernel to write (``out``'s own arrays where they are C-contiguous, else
+    fresh ones) and the caller's arrays to copy them into afterwards."""
+    targets = trace_arrays(out, shapes, dtype)
+    work = [t if t.flags.c_contiguous and t.dtype == dtype else np.empty(t.shape, dtype)
+            for t in targets]
+    return work, targets
+
+
+def _copy_back(work: list, targets: list) -> list:
+    for w, t in zip(work, targets):
+        if w is not t:
+            t[...] = w
+    return targets
+
+
+def _peepholes(peep) -> np.ndarray | None:
+    return None if peep is None else np.ascontiguousarray(np.stack(peep))
+
+
+def _threads() -> int:
+    return settings.get_num_threads()
+
+
+# ----------------------------------------------------------------------------------------
+# LSTM
+
+def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LSTMWeights,
+                 options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
+                 out: lstm.LSTMTrace | None = None) -> lstm.LSTMTrace:
+    """:func:`.lstm.lstm_forward` with the time loop native."""
+    native = settings.native_module()
+    w, x_gates, w_recurrent, peep = lstm.forward_operands(x, weights, options)
+    T, B = x.shape[:2]
+    H, Hout = c0.shape[-1], h0.shape[-1]
+    dtype = x.dtype
+    work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
+    gates, c_states, co, h_states = work
+    c_states[0], h_states[0] = c0, h0
+    native.lstm_forward(x_gates, _c(w_recurrent, dtype), _peepholes(peep), _c(w.w_proj, dtype),
+                        _mask(valid), float(options.cell_clip), gates, c_states, co, h_states,
+                        _threads())
+    return lstm.LSTMTrace(*_copy_back(work, targets))
+
+
+def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeights,
+                  options: LSTMOptions = CUDNN_LSTM, *, dh_steps: np.ndarray | None = None,
+                  dc_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
+                  dc_last: np.ndarray | None = None, valid: np.ndarray | None = None,
+                  need_dx: bool = True) -> lstm.LSTMGrads:
+    """:func:`.lstm.lstm_backward` with the time loop native."""
+    native = settings.native_module()
+    w = lstm.ifco_weights(weights, options)
+    dtype = trace.gates.dtype
+    gates, c_states, co, h_states = (_c(a, dtype) for a in trace)
+    T, B = gates.shape[:2]
+    H, Hout = c_states.shape[-1], h_states.shape[-1]
+    d_gates = np.empty((T, B, 4 * H), dtype=dtype)
+    dh_total = np.empty((T, B, Hout), dtype=dtype) if w.w_proj is not None else None
+    dh = np.zeros((B, Hout), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
+    dc = np.zeros((B, H), dtype=dtype) if dc_last is None else np.array(dc_last, dtype=dtype, order="C")
+    peep = w.peepholes if options.use_peephole else None
+    native.lstm_backward(gates, c_states, co, h_states, _c(w.w_recurrent, dtype), _peepholes(peep),
+                         _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
+                         _mask(valid), d_gates, dh_total, dh, dc, _threads())
+    return lstm.gradients(x, lstm.LSTMTrace(gates, c_states, co, h_states), w, options, d_gates,
+                          dh_total, dh, dc, need_dx)
+
+
+# ----------------------------------------------------------------------------------------
+# GRU
+
+def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
+                valid: np.ndarray | None = None, out: gru.GRUTrace | None = None) -> gru.GRUTrace:
+    """:func:`.gru.gru_forward` with the time loop native."""
+    native = settings.native_module()
+    T, B = x.shape[:2]
+    H = h0.shape[-1]
+    dtype = x.dtype
+    x_gates = input_projection(x, weights.w_input, weights.bias_input, 3)
+    work, targets = _recording(out, gru.trace_shapes(T, B, H), dtype)
+    gates, q_h, h_states = work
+    h_states[0] = h0
+    native.gru_forward(x_gates, _c(weights.w_recurrent, dtype), _c(weights.bias_recurrent, dtype),
+                       _mask(valid), gates, q_h, h_states, _threads())
+    return gru.GRUTrace(*_copy_back(work, targets))
+
+
+def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
+                 dh_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
+                 valid: np.ndarray | None = None, need_dx: bool = True) -> gru.GRUGrads:
+    """:func:`.gru.gru_backward` with the time loop native."""
+    native = settings.native_module()
+    dtype = trace.gates.dtype
+    gates, q_h, h_states = (_c(a, dtype) for a in trace)
+    T, B = gates.shape[:2]
+    H = h_states.shape[-1]
+    d_a = np.empty((T, B, 3 * H), dtype=dtype)
+    d_q = np.empty((T, B, 3 * H), dtype=dtype)
+    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
+    native.gru_backward(gates, q_h, h_states, _c(weights.w_recurrent, dtype), _c(dh_steps, dtype),
+                        _mask(valid), d_a, d_q, dh, _threads())
+    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx)
+
+
+# ----------------------------------------------------------------------------------------
+# tanh / relu RNN
+
+def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: simple_rnn.RNNWeights, activation: str,
+                valid: np.ndarray | None = None,
+                out: simple_rnn.RNNTrace | None = None) -> simple_rnn.RNNTrace:
+    """:func:`.simple_rnn.rnn_forward` with the time loop native."""
+    native = settings.native_module()
+    T, B = x.shape[:2]
+    H = h0.shape[-1]
+    dtype = x.dtype
+    x_gates = input_projection(x, weights.w_input, weights.bias, 1)
+    work, targets = _recording(out, [(T + 1, B, H)], dtype)
+    (h_states,) = work
+    h_states[0] = h0
+    native.rnn_forward(x_gates, _c(weights.w_recurrent, dtype), activation == "relu", _mask(valid),
+                       h_states, _threads())
+    return simple_rnn.RNNTrace(*_copy_back(work, targets))
+
+
+def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.RNNWeights,
+                 activation: str, *, dh_steps: np.ndarray | None = None,
+                 dh_last: np.ndarray | None = None, valid: np.ndarray | None = None,
+                 need_dx: bool = True) -> simple_rnn.RNNGrads:
+    """:func:`.simple_rnn.rnn_backward` with the time loop native."""
+    native = settings.native_module()
+    dtype = trace.h.dtype
+    h_states = _c(trace.h, dtype)
+    T = h_states.shape[0] - 1
+    B, H = h_states.shape[1:]
+    d_pre = np.empty((T, B, H), dtype=dtype)
+    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
+    native.rnn_backward(h_states, _c(weights.w_recurrent, dtype), activation == "relu",
+                        _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
+    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx)

@@ -1,0 +1,448 @@
+"""The native backend (fusedrnn._native) against the NumPy reference engines.
+
+Every configuration runs twice, ``settings.backend("numpy")`` and ``settings.backend("native")``,
+forward and backward, and the results are compared with a stated tolerance.  Where they can
+differ, and by how much:
+
+* the recurrent GEMM sums its K terms in another order (and with FMA on AVX2/AVX-512), and the
+  native tanh is within 4 ulp where NumPy's is within ~1.5 ulp.  Per step that is a few ulp
+  relative; through T steps the differences add up like a random walk (~sqrt(T) growth) and are
+  amplified by the recurrence's gain.  Bound used, relative to the largest magnitude of the
+  compared array (normwise): float64 1e-12, float32 3e-5 (≈ 250 ulp for T ≤ 12: generous against
+  the ~5 ulp observed, tight enough that any wrong formula — a wrong gate, a missed mask, a
+  missed carry — fails by orders of magnitude); float16 results (computed in float32, rounded
+  to float16 at the end) 2e-3 (≈ 2 float16 ulp: a float32 difference can flip one rounding).
+* results of the native engine itself never depend on the team size or on repetition: those
+  are compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings as hsettings, HealthCheck
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import fusedrnn  # noqa: E402
+from fusedrnn import block_ops as bo  # noqa: E402
+from fusedrnn import settings  # noqa: E402
+from cudnn_helpers import Case, backprop_v3, forward_v3, make_problem, random_like_outputs  # noqa: E402
+
+
+
+def _native_module():
+    """The extension.  Required once fusedrnn is installed (``pip install -e .`` builds it, so a
+    missing one is a broken build) or when FUSEDRNN_BACKEND=native asks for it; a source tree
+    run without any install (no package metadata) skips this module, saying why."""
+    import importlib.metadata
+    try:
+        return settings.native_module()
+    except ImportError as error:
+        try:
+            importlib.metadata.distribution("fusedrnn")
+            installed = True
+        except importlib.metadata.PackageNotFoundError:
+            installed = False
+        if installed or os.environ.get("FUSEDRNN_BACKEND", "").strip() == "native":
+            raise
+        pytest.skip(f"native extension not built (source tree, not installed): {error}",
+                    allow_module_level=True)
+
+
+native = _native_module()
+
+TOLERANCE = {np.float64: 1e-12, np.float32: 3e-5, np.float16: 2e-3}
+ALL_ISAS = ("avx512", "avx2", "portable")
+
+
+def _isa_param(name):
+    return pytest.param(name, marks=pytest.mark.skipif(
+        name not in native.supported_isas(), reason=f"this CPU/build has no {name} path"))
+
+
+ISAS = [_isa_param(name) for name in ALL_ISAS]
+
+
+@pytest.fixture
+def isa(request):
+    """Run the test with the given instruction set, restoring the previous one after."""
+    previous = native.isa()
+    native.set_isa(request.param)
+    yield request.param
+    native.set_isa(previous)
+
+
+@pytest.fixture
+def threads():
+    previous = settings.get_num_threads()
+    yield settings.set_num_threads
+    settings.set_num_threads(previous)
+
+
+def assert_close(ref, got, dtype, what=""):
+    tol = TOLERANCE[np.dtype(dtype).type]
+    for k, (a, b) in enumerate(zip(ref, got)):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        assert a.shape == b.shape, (what, k)
+        if a.size == 0:
+            continue
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f"{what} result {k}: NaN pattern")
+        finite = np.isfinite(a)
+        scale = max(float(np.max(np.abs(a[finite]), initial=0.0)), 1e-300)
+        err = float(np.max(np.abs(a[finite] - b[finite]), initial=0.0))
+        assert err <= tol * scale, f"{what} result {k}: max |diff| {err:.3g} > {tol:g} x {scale:.3g}"
+
+
+def cudnn_both(case: Case, dtype, time_major=True, seed=1, **attrs):
+    """{backend: (output, output_h, output_c, d_input, d_h, d_c, d_params)}."""
+    prob = make_problem(case, seed, dtype)
+    grads = random_like_outputs(case, seed + 1, dtype)
+    results = {}
+    for name in ("numpy", "native"):
+        with settings.backend(name):
+            fwd = forward_v3(prob, time_major, **attrs)
+            back = backprop_v3(prob, fwd, grads, time_major, **attrs)
+        results[name] = (fwd.output, fwd.output_h, fwd.output_c) + tuple(back)
+    return results
+
+
+def digest(results):
+    return [np.asarray(a).tobytes() for a in results]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: tanh and the packed GEMM, on every instruction set
+
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tanh_max_error(isa, dtype):
+    """≤ 4 ulp against a higher-precision tanh over a dense range, tiny and huge values; NaN
+    propagates, ±Inf → ±1, ±0 keeps its sign."""
+    hook = native.tanh_f32 if dtype == np.float32 else native.tanh_f64
+    wide = np.float64 if dtype == np.float32 else np.longdouble
+    tiny = np.finfo(dtype).smallest_subnormal
+    x = np.concatenate([np.linspace(-30, 30, 400_001), np.geomspace(tiny, 50, 20_001),
+                        -np.geomspace(tiny, 50, 20_001), [np.finfo(dtype).max, -np.finfo(dtype).max]]).astype(dtype)
+    y = hook(x)
+    ref = np.tanh(x.astype(wide))
+    ulp = np.abs(y.astype(wide) - ref) / np.spacing(np.abs(ref).astype(dtype)).astype(wide)
+    assert float(ulp.max()) <= 4.0
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], dtype=dtype)
+    out = hook(special)
+    assert np.isnan(out[0]) and out[1] == 1 and out[2] == -1
+    assert out[3] == 0 and not np.signbit(out[3]) and out[4] == 0 and np.signbit(out[4])
+
+
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (1, 37, 65), (7, 64, 33), (13, 5, 100), (64, 128, 96)])
+def test_packed_gemm(isa, dtype, M, K, N):
+    rng = np.random.default_rng(M * K * N)
+    A, B = rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
+    hook = native.gemm_f32 if dtype == np.float32 else native.gemm_f64
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    bound = K * np.finfo(dtype).eps * (np.abs(A).astype(np.float64) @ np.abs(B))  # Higham's γ_K
+    assert np.all(np.abs(hook(A, B) - exact) <= bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# CudnnRNN: native vs numpy on a grid
+
+GRID = [
+    Case(mode=mode, num_layers=L, num_dirs=D, num_proj=P, batch=B, max_time=T, num_units=H,
+         input_size=I, lengths=lengths)
+    for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
+    for (L, D, P, B, T, H, I, lengths) in [
+        (1, 1, 0, 1, 1, 1, 1, None),
+        (1, 1, 0, 4, 6, 5, 3, None),
+        (2, 2, 0, 5, 7, 37, 4, (7, 1, 3, 7, 2)),
+        (1, 2, 0, 3, 5, 20, 20, None),
+        (3, 1, 0, 9, 4, 33, 2, (4, 4, 1, 2, 3, 4, 1, 1, 2)),
+        (1, 1, 3, 2, 5, 40, 6, (5, 2)),
+        (2, 2, 7, 3, 4, 18, 5, (1, 4, 2)),
+    ]
+    if P == 0 or mode == "lstm"
+]
+
+
+@pytest.mark.parametrize("case", GRID, ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_cudnn_native_matches_numpy(case, dtype):
+    results = cudnn_both(case, dtype)
+    assert_close(results["numpy"], results["native"], dtype, str(case))
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+@pytest.mark.parametrize("variant", ["batch_major", "skip_input", "dropout", "batch0"])
+def test_cudnn_native_variants(mode, variant):
+    case = Case(mode=mode, num_layers=2, num_dirs=2, batch=3, max_time=5, num_units=6, input_size=4,
+                lengths=(5, 2, 4))
+    attrs, time_major = {}, True
+    if variant == "batch_major":
+        time_major = False
+    elif variant == "skip_input":
+        case = case.with_(input_mode="skip_input", input_size=6)
+    elif variant == "dropout":
+        attrs = dict(dropout=0.4, seed=3, seed2=9)
+    else:
+        case = case.with_(batch=0, lengths=())
+    for dtype in (np.float64, np.float32):
+        results = cudnn_both(case, dtype, time_major, **attrs)
+        assert_close(results["numpy"], results["native"], dtype, f"{case} {variant}")
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(["lstm", "gru", "rnn_tanh", "rnn_relu"]), L=st.integers(1, 2),
+       D=st.integers(1, 2), B=st.integers(1, 6), T=st.integers(1, 6), H=st.integers(1, 24),
+       I=st.integers(1, 8), proj=st.integers(0, 4), ragged=st.booleans(), seed=st.integers(0, 99),
+       dtype=st.sampled_from([np.float32, np.float64]), time_major=st.booleans())
+def test_cudnn_native_matches_numpy_random(mode, L, D, B, T, H, I, proj, ragged, seed, dtype, time_major):
+    P = min(proj, H - 1) if mode == "lstm" and H > 1 else 0
+    rng = np.random.default_rng(seed)
+    lengths = tuple(int(v) for v in rng.integers(1, T + 1, B)) if ragged else None
+    case = Case(mode=mode, num_layers=L, num_dirs=D, num_proj=P, batch=B, max_time=T,
+                num_units=H, input_size=I, lengths=lengths)
+    results = cudnn_both(case, dtype, time_major, seed=seed)
+    assert_close(results["numpy"], results["native"], dtype, str(case))
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_traces_interoperate(mode):
+    """A native forward's reserve_space feeds a NumPy backprop and vice versa."""
+    case = Case(mode=mode, num_layers=2, num_dirs=2, batch=4, max_time=5, num_units=9,
+                lengths=(5, 3, 1, 4), num_proj=4 if mode == "lstm" else 0)
+    prob = make_problem(case, 4, np.float64)
+    grads = random_like_outputs(case, 5, np.float64)
+    fwd = {}
+    for name in ("numpy", "native"):
+        with settings.backend(name):
+            fwd[name] = forward_v3(prob)
+    for f_name, b_name in (("native", "numpy"), ("numpy", "native")):
+        with settings.backend(b_name):
+            mixed = backprop_v3(prob, fwd[f_name], grads)
+        with settings.backend("numpy"):
+            reference = backprop_v3(prob, fwd["numpy"], grads)
+        assert_close(reference, mixed, np.float64, f"{f_name} forward, {b_name} backprop")
+
+
+def test_nonfinite_inputs_propagate_like_numpy():
+    for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+        case = Case(mode=mode, batch=3, max_time=4, num_units=5)
+        prob = make_problem(case, 1, np.float64)
+        prob.x[1, 0, 0] = np.nan
+        prob.x[2, 2, 1] = np.inf
+        prob.params[3] = -np.inf
+        grads = random_like_outputs(case, 2, np.float64)
+        out = {}
+        for name in ("numpy", "native"):
+            with settings.backend(name):
+                fwd = forward_v3(prob)
+                out[name] = (fwd.output, fwd.output_h, fwd.output_c) + tuple(backprop_v3(prob, fwd, grads))
+        for a, b in zip(out["numpy"], out["native"]):
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+            np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Block ops (peepholes, cell clip, forget bias, ICFO layout)
+
+def _block_inputs(T, B, I, n, seed=0):
+    rng = np.random.default_rng(seed)
+    u = lambda *shape, scale=1.0: (scale * rng.uniform(-1, 1, shape))  # noqa: E731
+    return dict(x=u(T, B, I), cs_prev=u(B, n), h_prev=u(B, n), w=u(I + n, 4 * n, scale=0.8),
+                wci=u(n), wcf=u(n), wco=u(n), b=u(4 * n, scale=0.5))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("use_peephole", [False, True])
+@pytest.mark.parametrize("cell_clip", [0.0, 0.3])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("T, slm, B, n", [(6, 4, 3, 21), (1, 1, 1, 1)])
+def test_block_lstm_native_matches_numpy(version, use_peephole, cell_clip, dtype, T, slm, B, n):
+    a = {k: v.astype(dtype) for k, v in _block_inputs(T, B, 3, n).items()}
+    forward = bo.block_lstm if version == 1 else bo.block_lstm_v2
+    backward = bo.block_lstm_grad if version == 1 else bo.block_lstm_grad_v2
+    attrs = dict(cell_clip=cell_clip, use_peephole=use_peephole)
+    if version == 1:
+        attrs["forget_bias"] = 0.7
+    rng = np.random.default_rng(7)
+    results = {}
+    for name in ("numpy", "native"):
+        with settings.backend(name):
+            fwd = forward(np.int64(slm), *a.values(), **attrs)
+            cs_grad = rng.standard_normal(fwd.cs.shape).astype(dtype)
+            h_grad = rng.standard_normal(fwd.h.shape).astype(dtype)
+            rng = np.random.default_rng(7)
+            back = backward(np.int64(slm), *a.values(), *fwd, cs_grad, h_grad, use_peephole=use_peephole)
+        results[name] = tuple(fwd) + tuple(back)
+    assert_close(results["numpy"], results["native"], dtype, f"block_lstm v{version}")
+
+
+def test_lstm_block_cell_native_matches_numpy():
+    a = _block_inputs(1, 4, 3, 6)
+    a["x"] = a["x"][0]
+    results = {}
+    for name in ("numpy", "native"):
+        with settings.backend(name):
+            results[name] = tuple(bo.lstm_block_cell(*a.values(), cell_clip=0.5, use_peephole=True))
+    assert_close(results["numpy"], results["native"], np.float64, "lstm_block_cell")
+
+
+# ---------------------------------------------------------------------------------------------
+# Same bits: any team size, repeated calls, concurrent callers, every ISA
+
+BIG = [Case(mode="lstm", batch=5, max_time=6, num_units=70, input_size=8, lengths=(6, 2, 5, 6, 1)),
+       Case(mode="lstm", batch=3, max_time=4, num_units=70, num_proj=40, input_size=8),
+       Case(mode="gru", num_dirs=2, batch=4, max_time=5, num_units=70, input_size=8),
+       Case(mode="rnn_tanh", batch=7, max_time=5, num_units=90, input_size=8, lengths=(5, 1, 2, 3, 4, 5, 5))]
+
+
+def _native_run(case, dtype=np.float32):
+    prob = make_problem(case, 3, dtype)
+    grads = random_like_outputs(case, 4, dtype)
+    with settings.backend("native"):
+        fwd = forward_v3(prob)
+        back = backprop_v3(prob, fwd, grads)
+    return digest((fwd.output, fwd.output_h, fwd.output_c, fwd.raw.reserve_space) + tuple(back))
+
+
+@pytest.mark.parametrize("case", BIG, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bits_independent_of_thread_count(case, dtype, threads):
+    threads(1)
+    one = _native_run(case, dtype)
+    for n in (2, 3, 5):
+        threads(n)
+        assert _native_run(case, dtype) == one, f"{n} threads"
+    assert _native_run(case, dtype) == one  # repeated
+
+
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+def test_every_isa_matches_numpy(isa):
+    for case in BIG[:3] + [GRID[2]]:
+        results = cudnn_both(case, np.float32)
+        assert_close(results["numpy"], results["native"], np.float32, f"{case} on {isa}")
+        results = cudnn_both(case, np.float64)
+        assert_close(results["numpy"], results["native"], np.float64, f"{case} on {isa}")
+
+
+def test_concurrent_callers_get_sequential_bits(threads):
+    threads(2)
+    expected = [_native_run(case) for case in BIG]
+    failures, done = [], []
+
+    def worker(k):
+        try:
+            for r in range(3):
+                case_index = (k + r) % len(BIG)
+                if _native_run(BIG[case_index]) != expected[case_index]:
+                    failures.append((k, r))
+            done.append(k)
+        except Exception as error:  # pragma: no cover - reported below
+            failures.append(repr(error))
+
+    workers = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=300)
+    assert len(done) == 8, "a caller did not finish (deadlock?)"
+    assert not failures
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings: backend selection is explicit and reported
+
+def test_backend_info_and_settings(threads):
+    info = settings.backend_info()
+    assert {"backend", "isa", "num_threads", "native_available", "native_error"} <= set(info)
+    assert info["native_available"] is True and info["native_error"] is None
+    assert info["isa"] in ALL_ISAS
+    with settings.backend("numpy"):
+        assert settings.get_backend() == "numpy" and settings.backend_info()["backend"] == "numpy"
+    with pytest.raises(ValueError, match="backend must be one of native, numpy"):
+        settings.set_backend("fortran")
+    threads(3)
+    assert settings.get_num_threads() == 3 and settings.backend_info()["num_threads"] == 3
+    with pytest.raises(ValueError, match="num_threads must be a positive integer"):
+        settings.set_num_threads(0)
+    with pytest.raises(ValueError, match="instruction set 'sse9' is not available"):
+        native.set_isa("sse9")
+    assert fusedrnn.set_num_threads is settings.set_num_threads
+    assert fusedrnn.get_num_threads is settings.get_num_threads
+
+
+def _child(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_environment_selects_backend_threads_and_isa():
+    code = "import fusedrnn.settings as s, json; print(json.dumps(s.backend_info()))"
+    import json
+    info = json.loads(_child(code, FUSEDRNN_BACKEND="numpy", FUSEDRNN_NUM_THREADS="3",
+                             FUSEDRNN_ISA="portable").stdout)
+    assert (info["backend"], info["num_threads"], info["isa"]) == ("numpy", 3, "portable")
+    bad = _child(code, FUSEDRNN_ISA="sse9")
+    assert bad.returncode != 0 and "instruction set 'sse9' is not available" in bad.stderr
+    bad = _child(code, FUSEDRNN_BACKEND="cuda")
+    assert bad.returncode != 0 and "FUSEDRNN_BACKEND must be one of native, numpy, got 'cuda'" in bad.stderr
+    bad = _child(code, FUSEDRNN_NUM_THREADS="two")
+    assert bad.returncode != 0 and "FUSEDRNN_NUM_THREADS must be a positive integer" in bad.stderr
+
+
+MISSING = ("import sys; sys.modules['fusedrnn._native'] = None\n"
+           "import numpy as np, fusedrnn, fusedrnn.settings as s\n")
+
+
+def test_missing_extension_falls_back_visibly():
+    code = MISSING + ("info = s.backend_info()\n"
+                      "assert info['backend'] == 'numpy' and not info['native_available'], info\n"
+                      "assert 'import of fusedrnn._native halted' in info['native_error'], info\n"
+                      "fusedrnn.cudnn_rnn(np.zeros((2, 1, 3)), np.zeros((1, 1, 4)), np.zeros((1, 1, 4)),"
+                      " np.zeros(int(fusedrnn.cudnn_rnn_params_size(1, 4, 3)[0])))\n")
+    result = _child(code, FUSEDRNN_BACKEND="")
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_extension_with_explicit_native_is_an_error():
+    code = MISSING + ("fusedrnn.cudnn_rnn(np.zeros((2, 1, 3)), np.zeros((1, 1, 4)), np.zeros((1, 1, 4)),"
+                      " np.zeros(int(fusedrnn.cudnn_rnn_params_size(1, 4, 3)[0])))\n")
+    result = _child(code, FUSEDRNN_BACKEND="native")
+    assert result.returncode != 0
+    assert "native extension (fusedrnn._native) is not available" in result.stderr
+
+
+def test_forked_child_gets_a_working_team(threads):
+    """After fork() the team's worker threads do not exist in the child: a multi-threaded call
+    there must still finish (the child builds a new team) and give the same bits."""
+    threads(2)
+    expected = _native_run(BIG[0])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(read)
+            ok = _native_run(BIG[0]) == expected
+            os.write(write, b"ok" if ok else b"bits")
+        finally:
+            os._exit(0)
+    os.close(write)
+    import select
+    ready, _, _ = select.select([read], [], [], 120)
+    message = os.read(read, 16) if ready else b"timeout"
+    os.close(read)
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    assert message == b"ok"
