@@ -7,9 +7,8 @@ backward direction reverses each sequence within its own length (PackedSequence 
 Training step: ``jax.vjp`` of ``(y, h_n, c_n)`` with the shared cotangents, for the input, the
 initial states and every weight, all in one jitted function.  The first call (compilation) is
 reported as the first-call time.
-Threads: ``XLA_FLAGS`` before JAX is imported: ``--xla_cpu_multi_thread_eigen=false
-intra_op_parallelism_threads=1`` for one thread; for n > 1 ``intra_op_parallelism_threads=n``
-(XLA's CPU pool otherwise takes every core this process may use).
+Threads: ``XLA_FLAGS`` (:func:`xla_flags`) in the worker's environment, before anything can
+import JAX (Keras imports it when installed).
 """
 
 from __future__ import annotations
@@ -20,6 +19,15 @@ import sys
 import numpy as np
 
 from . import Peer
+
+
+def xla_flags(threads: int) -> str:
+    """``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`` for one thread; for
+    n > 1 nothing: XLA has no flag for a pool of n, its CPU pool takes every usable core (on a
+    2-core machine, n = 2)."""
+    if threads == 1:
+        return "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    return ""
 
 
 def _cell_step(cell: str, H: int):
@@ -99,15 +107,15 @@ class Jax(Peer):
     name = "jax"
 
     def load(self, threads: int) -> dict:
-        if "jax" not in sys.modules:
-            flags = ("--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" if threads == 1
-                     else f"intra_op_parallelism_threads={threads}")
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
+        if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ and xla_flags(threads):
+            os.environ["XLA_FLAGS"] = xla_flags(threads)
         import jax
 
         jax.config.update("jax_enable_x64", True)  # float64 problems; float32 arrays stay float32
         self.jax = jax
-        self.threads_note = f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+        flags = os.environ.get("XLA_FLAGS", "")
+        self.threads_note = (f"XLA_FLAGS={flags!r} (set before JAX was imported)" if flags else
+                             f"XLA's default CPU pool (all {len(os.sched_getaffinity(0))} usable cores)")
         return {"version": jax.__version__, "threads": self.threads_note,
                 "devices": [str(device) for device in jax.devices()]}
 

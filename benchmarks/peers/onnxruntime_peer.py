@@ -9,7 +9,8 @@ Reshape ``[T, B, D*H]``), as ONNX's RNN ops are single-layer.  Gate order: LSTM 
 GRU ``z, r, h`` (cuDNN's blocks reordered); ``B`` = ``[Wb, Rb]`` per direction.  No projection or
 cell clip (ONNX's ``clip`` clips pre-activations, not the cell state).
 Threads: ``SessionOptions.intra_op_num_threads = n``, ``inter_op_num_threads = 1``, sequential
-execution.
+execution, ``session.intra_op.allow_spinning = 0`` (its idle threads would otherwise spin on the
+cores while the other peers of the same process are timed).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class OnnxRuntime(Peer):
         import onnxruntime
 
         self.onnx, self.ort, self.threads = onnx, onnxruntime, threads
-        self.threads_note = f"SessionOptions intra_op_num_threads={threads}, inter_op_num_threads=1"
+        self.threads_note = f"SessionOptions intra_op_num_threads={threads}, inter_op_num_threads=1, allow_spinning=0"
         return {"version": onnxruntime.__version__, "onnx": onnx.__version__, "threads": self.threads_note,
                 "providers": onnxruntime.get_available_providers()}
 
@@ -93,6 +94,7 @@ class OnnxRuntime(Peer):
         options.inter_op_num_threads = 1
         options.execution_mode = self.ort.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = self.ort.InferenceSession(self.model(data).SerializeToString(), options,
                                             providers=["CPUExecutionProvider"])
         D = p.dirs
