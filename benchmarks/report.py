@@ -16,7 +16,12 @@ import os
 from . import peers as peer_registry
 
 SCHEMA = "fusedrnn-benchmarks/1"
-PEER_COLUMNS = [name for name in peer_registry.NAMES if name != "fusedrnn"]
+
+
+def peer_names(result: dict) -> list:
+    """The run's libraries in the registry's order, fusedrnn first."""
+    chosen = set(result["settings"]["peers"])
+    return [name for name in peer_registry.NAMES if name in chosen or name == "fusedrnn"]
 
 
 def geomean(values: list) -> float | None:
@@ -98,6 +103,8 @@ def markdown(result: dict) -> str:
     """The whole report: machine line, one timing table per thread count, summary, memory and
     first-call tables, notes."""
     machine, rows = result["machine"], result["rows"]
+    names = peer_names(result)
+    columns = names[1:]
     out = [f"# fusedrnn benchmarks ({'quick' if result['settings']['quick'] else 'full'} run)", "",
            f"Machine: {machine['cpu']}, {machine['usable_cpus']} usable CPUs, flags {' '.join(machine['cpu_flags'])}; "
            f"load average at start {machine['loadavg'][0]:.2f}. Duration {result['duration_s']:.0f} s.",
@@ -112,9 +119,9 @@ def markdown(result: dict) -> str:
                 f"Peak {peak.get('peak_gflops', float('nan')):.0f} GFLOP/s = {threads} x one-thread sgemm "
                 f"({peak.get('sgemm_1thread_gflops', float('nan')):.0f}; measured {threads}-thread sgemm "
                 f"{peak.get(f'sgemm_{threads}threads_gflops', float('nan')):.0f}).", "",
-                "| problem | mode | fusedrnn ms [IQR] | GFLOP/s | % peak | " + " | ".join(PEER_COLUMNS)
+                "| problem | mode | fusedrnn ms [IQR] | GFLOP/s | % peak | " + " | ".join(columns)
                 + " | torch path | fastest peer | vs fastest | vs torch | check |",
-                "|---|---|---:|---:|---:|" + "---:|" * len(PEER_COLUMNS) + "---|---|---:|---:|---|"]
+                "|---|---|---:|---:|---:|" + "---:|" * len(columns) + "---|---|---:|---:|---|"]
         for r in subset:
             iqr = r["fusedrnn_iqr_s"]
             ours = (f"{_ms(r['median_s']['fusedrnn'])} [{_ms(iqr[0])}–{_ms(iqr[1])}]"
@@ -123,31 +130,31 @@ def markdown(result: dict) -> str:
             out.append(" | ".join([
                 f"| {r['problem']}", r["mode"], ours, "—" if gflops is None else f"{gflops:.1f}",
                 "—" if r["pct_peak"] is None else f"{r['pct_peak']:.0f}",
-                *[_peer_cell(r, name) for name in PEER_COLUMNS], r["torch_dispatch"] or "—",
+                *[_peer_cell(r, name) for name in columns], r["torch_dispatch"] or "—",
                 r["fastest_peer"] or "—", _x(r["speed_vs_fastest"]), _x(r["speed_vs_torch"]), r["check"]]) + " |")
         out.append("")
     out += ["## Summary", ""] + (summary_lines(rows) or ["- no ratios"]) + [""]
     if result.get("memory"):
-        names = [n for n in peer_registry.NAMES if n != "onnxruntime"]
+        trained = [n for n in names if n != "onnxruntime"]
         out += ["## Peak memory of one training step (MiB)", "",
                 "Peak RSS growth of one warm training step (`benchmarks/memory.py`); fusedrnn's "
                 "`reserve_space` beside it.", "",
-                "| problem | fusedrnn reserve_space | " + " | ".join(names) + " |",
-                "|---|---:|" + "---:|" * len(names)]
+                "| problem | fusedrnn reserve_space | " + " | ".join(trained) + " |",
+                "|---|---:|" + "---:|" * len(trained)]
         for record in result["memory"]["results"]:
             e = record["entries"]
             cell = lambda n: (f"{e[n]['peak_rss_growth_bytes'] / 2**20:.1f}" if "peak_rss_growth_bytes" in e.get(n, {})  # noqa: E731
                               else ("error" if "error" in e.get(n, {}) else "—"))
             reserve = e.get("fusedrnn", {}).get("reserve_space_bytes")
             out.append(f"| {record['problem']} | {'—' if reserve is None else f'{reserve / 2**20:.1f}'} | "
-                       + " | ".join(cell(n) for n in names) + " |")
+                       + " | ".join(cell(n) for n in trained) + " |")
         out.append("")
     out += ["## First call (ms; compilation, pre-packing, lazy set-up; excluded from the medians)", "",
-            "| threads | problem | mode | " + " | ".join(peer_registry.NAMES) + " |",
-            "|---:|---|---|" + "---:|" * len(peer_registry.NAMES)]
+            "| threads | problem | mode | " + " | ".join(names) + " |",
+            "|---:|---|---|" + "---:|" * len(names)]
     for r in rows:
         out.append(f"| {r['threads']} | {r['problem']} | {r['mode']} | "
-                   + " | ".join(_ms(r["first_call_s"].get(n)) for n in peer_registry.NAMES) + " |")
+                   + " | ".join(_ms(r["first_call_s"].get(n)) for n in names) + " |")
     out += ["", "## Notes", ""] + [f"- {note}" for note in result["notes"]]
     return "\n".join(out) + "\n"
 
@@ -165,7 +172,7 @@ def chart(result: dict, path: str) -> None:
               for mode in ("forward", "training")
               if any(r["threads"] == w["threads"] and r["mode"] == mode for r in rows)]
     problems = list(dict.fromkeys(r["problem"] for r in rows))
-    names = list(peer_registry.NAMES)
+    names = peer_names(result)
     width = 0.8 / len(names)
     fig, axes = plt.subplots(max(1, len(panels)), 1, figsize=(max(8.0, 0.42 * len(problems) + 2), 3.6 * max(1, len(panels))),
                              squeeze=False)
