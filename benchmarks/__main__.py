@@ -35,9 +35,11 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="the representative subset (benchmarks.problems.QUICK)")
     parser.add_argument("--filter", default=None, help="keep problems whose name contains this, or matches it as a regex")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    parser.add_argument("--repeat", type=int, default=None, help="timed rounds per problem (default 5; --quick 3)")
-    parser.add_argument("--budget", type=float, default=None,
-                        help="stop a problem's rounds after this many seconds once 3 are done (default 3; --quick 1)")
+    parser.add_argument("--repeat", type=int, default=None, help="at most this many timed rounds per problem "
+                        "and mode (default 5; --quick 3)")
+    parser.add_argument("--min-rounds", type=int, default=None, help="at least this many (default 3; --quick 2)")
+    parser.add_argument("--budget", type=float, default=None, help="no new round after this many seconds of "
+                        "rounds once --min-rounds are done (default 2; --quick 0.3)")
     parser.add_argument("--modes", default="forward,training", help="forward, training or both")
     parser.add_argument("--peers", default=",".join(n for n in peer_registry.NAMES if n != "fusedrnn"),
                         help="comma-separated peers besides fusedrnn (default: all)")
@@ -45,7 +47,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"), help="output directory")
     args = parser.parse_args(argv)
     args.repeat = args.repeat or (3 if args.quick else 5)
-    args.budget = args.budget if args.budget is not None else (1.0 if args.quick else 3.0)
+    args.min_rounds = min(args.repeat, args.min_rounds or (2 if args.quick else 3))
+    args.budget = args.budget if args.budget is not None else (0.3 if args.quick else 2.0)
     return args
 
 
@@ -78,9 +81,8 @@ def run_worker(task: str, threads: int, problem_names: list, args, log) -> dict:
         result_path = handle.name
     command = [sys.executable, "-m", "benchmarks.worker", "--task", task, "--threads", str(threads),
                "--problems", ",".join(problem_names), "--modes", args.modes, "--peers", args.peers,
-               "--repeat", str(args.repeat), "--budget", str(args.budget), "--result", result_path]
-    if args.repeat < 3:
-        command += ["--min-rounds", str(args.repeat)]
+               "--repeat", str(args.repeat), "--min-rounds", str(args.min_rounds), "--budget", str(args.budget),
+               "--result", result_path]
     code = subprocess.run(command, env=env, cwd=ROOT).returncode
     try:
         with open(result_path) as handle:
@@ -101,9 +103,10 @@ def notes(result: dict) -> list:
     lines = ["FLOPs: forward = sum over layers and directions of 2*N*(G*H*(I_l + Hout) + P*H), N = useful "
              "rows (T*B, or sum of lengths); training = 3 x forward (benchmarks/problems.py).",
              f"Each (problem, mode): every peer built, first call timed separately, warm-up, then up to "
-             f"{result['settings']['repeat']} interleaved rounds (order rotated each round), at least 3 "
-             f"unless --repeat is smaller; rounds stop after {result['settings']['budget_s']} s once 3 are done; "
-             "peers whose first call exceeds 2 s take at most 3 samples.",
+             f"{result['settings']['repeat']} interleaved rounds (order rotated each round), at least "
+             f"{result['settings']['min_rounds']}; no new round after {result['settings']['budget_s']} s of rounds "
+             f"once those are done; no extra warm-up call after a first call over 0.3 s; peers whose first call "
+             f"exceeds 2 s take {result['settings']['min_rounds']} samples.",
              "Check: every peer's forward output against fusedrnn's with the same weights, max|diff| <= 1e-4 "
              "(float64: 1e-9) x max(1, max|y|)."]
     for worker in result["workers"]:
@@ -146,7 +149,7 @@ def main(argv=None) -> int:
               "started_utc": started.isoformat(timespec="seconds"),
               "duration_s": time.perf_counter() - start, "machine": described,
               "settings": {"quick": args.quick, "filter": args.filter, "threads": threads_list,
-                           "repeat": args.repeat, "budget_s": args.budget, "modes": args.modes.split(","),
+                           "repeat": args.repeat, "min_rounds": args.min_rounds, "budget_s": args.budget, "modes": args.modes.split(","),
                            "peers": ["fusedrnn", *args.peers.split(",")]},
               "problems": {p.name: {"flops_forward": p.flops("forward"), "flops_training": p.flops("training")}
                            for p in problem_list},

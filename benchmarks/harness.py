@@ -4,7 +4,7 @@ interleaved rounds.
 Per peer: ``setup_s`` (building its tensors / module / session, untimed in the rounds),
 ``first_call_s`` (the first call: compilation, weight pre-packing, lazy initialisation — reported,
 never mixed into the samples), one more untimed warm-up call unless the first call took longer
-than ``slow_s``, then the rounds.  In round ``r`` every peer runs once, in an order rotated by
+than ``WARM_UP_S`` (a call that long has warmed the caches itself), then the rounds.  In round ``r`` every peer runs once, in an order rotated by
 ``r`` (so no peer always follows the same neighbour), timed with ``time.perf_counter``.  Rounds
 stop after ``repeat``, or once at least ``min_rounds`` are done and the rounds took longer than
 ``budget_s``; a peer whose first call took longer than ``slow_s`` takes at most ``min_rounds``
@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 CHECK_TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
+WARM_UP_S = 0.3
 
 
 def summary(samples: list) -> dict:
@@ -69,7 +70,7 @@ def time_problem(data, mode: str, peers: dict, repeat: int, min_rounds: int, bud
                 elif reference is not None:
                     entry["check"] = check(reference, output, problem.dtype)
             del result
-            if entry["first_call_s"] < slow_s:
+            if entry["first_call_s"] < WARM_UP_S:
                 run()
         except Exception as error:  # a peer that cannot run this problem is reported, not fatal
             entries[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}

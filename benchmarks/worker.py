@@ -117,7 +117,7 @@ def main(argv=None) -> int:
             entries = memory.measure_problem(data, peers)
         record = {"problem": problem.name, "mode": mode, "flops": problem.flops(mode),
                   "spec": {k: v for k, v in dataclasses.asdict(problem).items() if k != "tags"},
-                  "entries": entries}
+                  "entries": entries, "loadavg_1min": os.getloadavg()[0]}
         if args.task == "time" and "torch" in peers and "skipped" not in entries.get("torch", {"skipped": 1}):
             record["torch_dispatch"] = torch_dispatch(peers["torch"], problem, mode)
         record["fusedrnn_dispatch"] = peers["fusedrnn"].dispatch(problem, mode)

@@ -23,6 +23,7 @@ def load_tensorflow(threads: int):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
+    tf.get_logger().setLevel("ERROR")  # e.g. retracing notes when a problem builds a new tf.function
     if tf.config.threading.get_intra_op_parallelism_threads() != threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(1)
