@@ -90,11 +90,12 @@ class Problem:
         return "-".join(parts)
 
     def lengths(self) -> np.ndarray:
-        """[B] int32: all ``T``, or random in ``[1, T]`` (seeded, always containing ``T``)."""
+        """[B] int32: all ``T``, or random in ``[1, T]`` (seeded; the first is ``T``, the last 1)."""
         if not self.varlen:
             return np.full(self.B, self.T, np.int32)
         rng = np.random.default_rng(1234)
         lengths = rng.integers(1, self.T + 1, self.B).astype(np.int32)
+        lengths[-1] = 1
         lengths[0] = self.T
         return lengths
 

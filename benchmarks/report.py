@@ -166,6 +166,7 @@ def chart(result: dict, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     rows = result["rows"]
     panels = [(w["threads"], mode, w.get("peak", {}).get("peak_gflops")) for w in result["workers"]
@@ -186,13 +187,16 @@ def chart(result: dict, path: str) -> None:
             if ys:
                 axis.bar(xs, ys, width, label=name, color=colors(k))
         if peak:
-            axis.axhline(peak, color="black", linestyle="--", linewidth=1, label=f"peak {peak:.0f}")
+            axis.axhline(peak, color="black", linestyle="--", linewidth=1,
+                         label=f"peak {peak:.0f} ({threads} x 1-thread sgemm)")
         axis.set_yscale("log")
-        axis.set_ylabel("GFLOP/s")
-        axis.set_title(f"{mode}, {threads} thread(s)")
+        axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        axis.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.set_ylabel("GFLOP/s (log)")
+        axis.set_title(f"{mode}, {threads} thread(s)", fontsize=10, pad=16)
         axis.set_xticks(range(len(problems)))
         axis.set_xticklabels(problems, rotation=60, ha="right", fontsize=7)
-        axis.legend(fontsize=7, ncol=len(names) + 1, loc="upper left")
+        axis.legend(fontsize=7, ncol=len(names) + 1, loc="lower left", bbox_to_anchor=(0, 0.99), frameon=False)
         axis.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
