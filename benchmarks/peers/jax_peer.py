@@ -30,7 +30,7 @@ def xla_flags(threads: int) -> str:
     return ""
 
 
-def _cell_step(cell: str, H: int):
+def _cell_step(cell: str):
     """One time step ``(h, c), (gx_t, mask_t) -> (h', c'), y_t`` given the precomputed input
     projection ``gx_t = x_t W_ihᵀ + b_ih``."""
     import jax
@@ -65,7 +65,7 @@ def network(problem):
     import jax.numpy as jnp
 
     p = problem
-    step = _cell_step(p.cell, p.H)
+    step = _cell_step(p.cell)
 
     def within_length_reversal(lengths):
         t = jnp.arange(p.T)[:, None]
