@@ -6,7 +6,8 @@ one BLAS thread and on the worker's thread count.  The one-thread figure is take
 ``fusedrnn.settings.single_thread_blas()`` (OpenBLAS's own ``openblas_set_num_threads``); which
 one is recorded.  The peak the suite divides by for ``n`` threads is ``n x`` the one-thread
 sgemm (the hardware limit a perfectly parallel code could reach); the measured ``n``-thread
-sgemm is recorded beside it.
+sgemm is recorded beside it.  Each worker measures before and after its problems and keeps the
+better figures (a busy neighbour during one measurement would otherwise understate the peak).
 """
 
 from __future__ import annotations
@@ -76,6 +77,13 @@ def openblas_kernel() -> dict:
             function.restype = ctypes.c_char_p
             found[key] = function().decode()
     return found
+
+
+def best_peak(first: dict, second: dict) -> dict:
+    """The better of two :func:`peak` measurements, field by field; both kept in ``measurements``."""
+    best = {key: max(first[key], second[key]) if key.endswith("gflops") else first[key] for key in first}
+    best["measurements"] = [first, second]
+    return best
 
 
 def blas() -> dict:

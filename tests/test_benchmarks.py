@@ -37,6 +37,7 @@ def test_json_schema(run):
     assert set(result["problems"]) == {"lstm-H128-B1-T25", "rnn_tanh-H512-B16-T50"}
     (worker,) = result["workers"]
     assert worker["threads"] == 1 and worker["peak"]["peak_gflops"] > 0
+    assert len(worker["peak"]["measurements"]) == 2  # before and after the problems
     assert "threads" in worker["peers"]["fusedrnn"]
     assert len(result["rows"]) == 4  # 2 problems x forward/training
     for row in result["rows"]:
