@@ -92,3 +92,21 @@ def test_unknown_peer_is_an_error_and_missing_filter_match_exits_2(tmp_path):
     empty = subprocess.run([sys.executable, "-m", "benchmarks", "--filter", "no-such-problem", "--out", str(tmp_path)],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert empty.returncode == 2 and "no problem matches" in empty.stderr
+
+
+def test_a_missing_peer_is_a_note_not_an_error(tmp_path):
+    """A peer whose framework cannot be imported is skipped and listed in the notes."""
+    fake = tmp_path / "site" / "onnxruntime"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('onnxruntime hidden by the test')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--filter", "^lstm-H128-B1-T25$", "--threads", "1",
+                           "--repeat", "1", "--budget", "0", "--modes", "forward", "--peers", "onnxruntime",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "benchmark.json").read_text())
+    assert "onnxruntime hidden by the test" in result["workers"][0]["peers"]["onnxruntime"]["missing"]
+    assert any("peer onnxruntime skipped" in note for note in result["notes"])
+    (row,) = result["rows"]
+    assert list(row["median_s"]) == ["fusedrnn"]
