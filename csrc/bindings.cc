@@ -64,9 +64,9 @@ const uint8_t* mask(const py::object& o) {
 }
 
 bool is_double(const py::object& o) {
-  auto a = py::reinterpret_borrow<py::array>(o);
-  if (a.dtype().is(py::dtype::of<double>())) return true;
-  if (a.dtype().is(py::dtype::of<float>())) return false;
+  // dtype equivalence, not identity: an unpickled array's dtype is a distinct but equal object
+  if (py::isinstance<py::array_t<double>>(o)) return true;
+  if (py::isinstance<py::array_t<float>>(o)) return false;
   throw py::type_error("the native engine computes in float32 or float64");
 }
 

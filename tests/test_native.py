@@ -182,6 +182,26 @@ def test_cudnn_native_matches_numpy(case, dtype):
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_unpickled_arrays_run_natively(mode, dtype):
+    """An unpickled array's dtype is equal to, but not the same object as, np.dtype(float32):
+    the native engine must accept it (it once raised 'computes in float32 or float64')."""
+    import pickle
+
+    case = Case(mode=mode, num_layers=2, num_dirs=2, batch=3, max_time=5, num_units=6, input_size=4,
+                lengths=(5, 2, 4))
+    prob = make_problem(case, 3, dtype)
+    unpickled = prob._replace(**{name: pickle.loads(pickle.dumps(getattr(prob, name)))
+                                 for name in ("x", "h", "c", "params")})
+    assert unpickled.x.dtype is not np.dtype(dtype)
+    grads = random_like_outputs(case, 4, dtype)
+    with settings.backend("native"):
+        expected = forward_v3(prob), backprop_v3(prob, forward_v3(prob), grads)
+        got = forward_v3(unpickled), backprop_v3(unpickled, forward_v3(unpickled), grads)
+    assert digest(expected[0][:3] + tuple(expected[1])) == digest(got[0][:3] + tuple(got[1]))
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 @pytest.mark.parametrize("variant", ["batch_major", "skip_input", "dropout", "batch0"])
 def test_cudnn_native_variants(mode, variant):
     case = Case(mode=mode, num_layers=2, num_dirs=2, batch=3, max_time=5, num_units=6, input_size=4,
