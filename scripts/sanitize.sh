@@ -33,14 +33,25 @@ export LD_PRELOAD="$LIBASAN:$LIBUBSAN"
 export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export FUSEDRNN_BACKEND=native PYTHONDONTWRITEBYTECODE=1
+# An installed fusedrnn (e.g. `pip install -e .`, whose import hook comes from a .pth file) must not
+# shadow the sanitized copy: run Python with -S (no .pth processing) and the tree plus the
+# site-packages directories on PYTHONPATH instead.
+SITE=$(python -c "import os, site; print(os.pathsep.join(site.getsitepackages()))")
+export PYTHONPATH="$WORK/tree${SITE:+:$SITE}"
+python() { command python -S "$@"; }
 cd "$WORK/tree"
-python -c "import fusedrnn.settings as s; i = s.backend_info(); assert i['backend'] == 'native', i; print('sanitized native engine:', i['isa'])"
+python -c "
+import fusedrnn, fusedrnn._native, fusedrnn.settings as s
+assert fusedrnn.__file__.startswith('$WORK/tree/'), fusedrnn.__file__
+assert fusedrnn._native.__file__.startswith('$WORK/tree/'), fusedrnn._native.__file__
+i = s.backend_info(); assert i['backend'] == 'native', i; print('sanitized native engine:', i['isa'])"
 # The sanitizer must be live: an out-of-bounds read (x_gates one column short) has to be reported.
 if python -c "
 import numpy as np, fusedrnn.settings as s
 n = s.native_module()
-h = np.zeros((3, 2, 8), np.float32)
-n.rnn_forward(np.zeros((2, 2, 7), np.float32), np.zeros((8, 8), np.float32), False, None, h, 1)
+# large enough that NumPy's small-buffer cache does not hide the overflow
+h = np.zeros((5, 8, 64), np.float32)
+n.rnn_forward(np.zeros((4, 8, 63), np.float32), np.zeros((64, 64), np.float32), False, None, h, 1)
 " 2>"$WORK/selfcheck.txt"; then
   echo "sanitize: AddressSanitizer did not catch a deliberate overflow"; exit 1
 fi
