@@ -132,11 +132,8 @@ def block_lstm_to_onnx(w, b, *, layout="IFCO", forget_bias=None, cell_clip=None,
     pre-activations, BlockLSTM clips the cell state — different models.  Defaults of
     ``forget_bias``/``cell_clip`` follow the op (BlockLSTM 1.0 / 3.0, BlockLSTMV2 none / 0.0).
     """
-    from ._tf_cells import _BLOCK_DEFAULTS, _BLOCK_ORDERS, _block_layout
-    layout = _block_layout(layout)
-    op, default_forget, default_clip = _BLOCK_DEFAULTS[layout]
-    forget_bias = default_forget if forget_bias is None else float(forget_bias)
-    cell_clip = default_clip if cell_clip is None else float(cell_clip)
+    from ._tf_cells import _BLOCK_ORDERS, _block_attrs
+    layout, op, forget_bias, cell_clip, default_clip = _block_attrs(layout, forget_bias, cell_clip)
     if cell_clip > 0:
         raise ValueError(f"block_lstm_to_onnx: cell_clip={cell_clip} ({op}'s default is {default_clip}) has no "
                          "ONNX equivalent: ONNX LSTM's clip bounds gate pre-activations, not the cell state; "

@@ -204,6 +204,22 @@ def _block_layout(layout: str) -> str:
     return key
 
 
+class _BlockAttrs(NamedTuple):
+    layout: str  # 'ICFO' | 'IFCO'
+    op: str  # 'BlockLSTM' | 'BlockLSTMV2'
+    forget_bias: float
+    cell_clip: float
+    default_clip: float
+
+
+def _block_attrs(layout: str, forget_bias, cell_clip) -> _BlockAttrs:
+    """The layout and the op's attributes, ``None`` meaning the op's default."""
+    layout = _block_layout(layout)
+    op, default_forget, default_clip = _BLOCK_DEFAULTS[layout]
+    return _BlockAttrs(layout, op, default_forget if forget_bias is None else float(forget_bias),
+                       default_clip if cell_clip is None else float(cell_clip), default_clip)
+
+
 def from_block_lstm(w, b, *, layout="IFCO", forget_bias=None, cell_clip=None, wci=None, wcf=None,
                     wco=None) -> CudnnWeights:
     """A one-layer unidirectional cuDNN LSTM from BlockLSTM weights ``w [I+H, 4H]``, ``b [4H]``.
@@ -214,10 +230,7 @@ def from_block_lstm(w, b, *, layout="IFCO", forget_bias=None, cell_clip=None, wc
     bias folded without rounding; module doc).  ``cell_clip > 0`` or non-zero peepholes raise
     ValueError: cuDNN has neither, they would be lost (pass ``cell_clip=0`` for a model run
     without clipping)."""
-    layout = _block_layout(layout)
-    op, default_forget, default_clip = _BLOCK_DEFAULTS[layout]
-    forget_bias = default_forget if forget_bias is None else float(forget_bias)
-    cell_clip = default_clip if cell_clip is None else float(cell_clip)
+    layout, op, forget_bias, cell_clip, default_clip = _block_attrs(layout, forget_bias, cell_clip)
     if cell_clip > 0:
         raise ValueError(f"from_block_lstm: cell_clip={cell_clip} ({op}'s default is {default_clip}) would be "
                          "lost: cuDNN's LSTM has no cell clipping; pass cell_clip=0 if the model ran without it")
