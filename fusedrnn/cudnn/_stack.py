@@ -1,0 +1,265 @@
+"""The stacking of the CudnnRNN ops over layers, directions and sequence lengths.
+
+Per pseudo-layer dispatch to the engines (``_engine_forward``/``_engine_backward`` call the
+backend that :mod:`fusedrnn.settings` selects), the dropout masks between layers, the memory
+estimate checked before any allocation, and ``_forward``/``_backward``: the loops over layers
+and directions that the public ops in :mod:`fusedrnn.cudnn._ops` call.  Shapes, layouts and the
+dropout rule ("module doc" below) are in the docstring of :mod:`fusedrnn.cudnn`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import engines, layout, reserve, resources
+from ..engines import gru as gru_engine
+from ..engines import lstm as lstm_engine
+from ..engines import native as native_engine
+from ..engines import simple_rnn as rnn_engine
+from ..layout import RNNConfig
+from ..validate import compute_dtype, float_arrays, shape_str
+from ._resolve import _Attrs, _Problem, _resolve
+from ._results import CudnnRNNBackpropResult
+
+
+# --------------------------------------------------------------------------------------
+# Per-pseudo-layer dispatch to the engines
+
+
+def _engine_weights(config: RNNConfig, flat: np.ndarray, p: int):
+    """Engine-ready weights of pseudo-layer p (column form ``x @ W``), in the compute dtype."""
+    v = layout.pseudo_layer_views(flat, config, p)
+    w_input = None if v.w_input is None else v.w_input.T
+    w_recurrent = np.ascontiguousarray(v.w_recurrent.T)
+    if config.rnn_mode == "lstm":
+        w_proj = None if v.w_proj is None else np.ascontiguousarray(v.w_proj.T)
+        return lstm_engine.LSTMWeights(w_input, w_recurrent, v.bias_input + v.bias_recurrent, w_proj)
+    if config.rnn_mode == "gru":
+        return gru_engine.GRUWeights(w_input, w_recurrent, v.bias_input, v.bias_recurrent)
+    return rnn_engine.RNNWeights(w_input, w_recurrent, v.bias_input + v.bias_recurrent)
+
+
+def _activation(mode: str) -> str:
+    return "tanh" if mode == "rnn_tanh" else "relu"
+
+
+_TRACE_TYPES = {"lstm": lstm_engine.LSTMTrace, "gru": gru_engine.GRUTrace}
+
+
+def _reserved_trace(views: dict, config: RNNConfig, T: int, B: int, p: int):
+    """Pseudo-layer ``p``'s engine trace as views into the reserve buffer."""
+    items = reserve.trace_items(config.rnn_mode, T, B, config.num_units, config.hidden_out)
+    trace_type = _TRACE_TYPES.get(config.rnn_mode, rnn_engine.RNNTrace)
+    return trace_type(*(views[f"p{p}.{name}"] for name, _ in items))
+
+
+def _engine_forward(mode: str, x, h0, c0, weights, valid, out):
+    engine = engines.active()  # the backend selected in fusedrnn.settings
+    if mode == "lstm":
+        return engine.lstm_forward(x, h0, c0, weights, valid=valid, out=out)
+    if mode == "gru":
+        return engine.gru_forward(x, h0, weights, valid, out)
+    return engine.rnn_forward(x, h0, weights, _activation(mode), valid, out)
+
+
+def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, valid, need_dx):
+    engine = engines.active()
+    if mode == "lstm":
+        return engine.lstm_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
+                                    dc_last=dc_last, valid=valid, need_dx=need_dx)
+    if mode == "gru":
+        return engine.gru_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
+                                   valid=valid, need_dx=need_dx)
+    return engine.rnn_backward(x, trace, weights, _activation(mode), dh_steps=dh_steps,
+                               dh_last=dh_last, valid=valid, need_dx=need_dx)
+
+
+def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) -> None:
+    v = layout.pseudo_layer_views(grad_flat, config, p)
+    if v.w_input is not None:
+        v.w_input[...] = grads.dw_input.T
+    v.w_recurrent[...] = grads.dw_recurrent.T
+    if config.rnn_mode == "gru":
+        v.bias_input[...] = grads.dbias_input
+        v.bias_recurrent[...] = grads.dbias_recurrent
+    else:
+        v.bias_input[...] = grads.dbias
+        v.bias_recurrent[...] = grads.dbias
+    if v.w_proj is not None:
+        v.w_proj[...] = grads.dw_proj.T
+
+
+def _scan(a: np.ndarray | None, direction: int):
+    """Time order → scan order of a direction (a view; reversing twice is the identity)."""
+    if a is None or direction == 0:
+        return a
+    return a[::-1]
+
+
+def _dropout_scale(dropout: float) -> float:
+    """The factor of a kept element: ``1/(1-dropout)``, and 0 at ``dropout = 1`` (nothing is kept,
+    so the factor multiplies nothing; 0 keeps the mask ``keep * scale`` finite: no 0 * inf)."""
+    return 0.0 if dropout >= 1.0 else 1.0 / (1.0 - dropout)
+
+
+def _dropout_mask(attrs: _Attrs, layer: int, shape: tuple, dtype) -> np.ndarray:
+    """Layer ``layer``'s mask ``keep * scale`` (module doc); all zeros when ``dropout = 1``."""
+    key = ((attrs.seed % 2**64) << 32 | (attrs.seed2 % 2**64)) % 2**64
+    generator = np.random.Generator(np.random.Philox(key=np.array([key, layer], dtype=np.uint64)))
+    keep = generator.random(shape) >= attrs.dropout  # random() is in [0, 1): never kept at 1
+    return keep.astype(dtype) * dtype.type(_dropout_scale(attrs.dropout))
+
+
+def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, training: bool,
+                     backward: bool) -> int:
+    """Upper estimate of what one forward or backward call allocates."""
+    config, T, B = problem.config, problem.T, problem.B
+    G, H, Hout, D = config.num_gates, config.num_units, config.hidden_out, config.num_dirs
+    width = max(config.input_size, D * Hout)
+    one_trace = [shape for _, shape in reserve.trace_items(config.rnn_mode, T, B, H, Hout)]
+    # params_size x 4: the flat gradient, the weights, a weight-gradient GEMM's sum and block product
+    work = one_trace + [(T, B, G * H)] * 2 + [(T, B, width)] * 4 + [(config.params_size,)] * 4
+    total = resources.nbytes_of(work, compute.itemsize)
+    total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
+    if training or backward:
+        total += reserve.reserve_nbytes(config, T, B, config.num_layers > 1, compute)
+    return total + native_engine.workspace_nbytes(config.rnn_mode, B, H, Hout, compute.itemsize)
+
+
+def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bool, op: str) -> None:
+    nbytes = _estimate_nbytes(problem, compute, dtype, training, backward)
+    resources.ensure_fits(nbytes, op, f"input shape {shape_str(problem.output_shape[:2] + (problem.config.input_size,))} "
+                          f"with {problem.config.describe()}")
+
+
+# --------------------------------------------------------------------------------------
+# Forward
+
+
+def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
+    return x if time_major else x.transpose(1, 0, 2)
+
+
+def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, time_major: bool):
+    arrays, dtype = float_arrays(inputs)
+    x, h, c, params = arrays["input"], arrays["input_h"], arrays["input_c"], arrays["params"]
+    cd = compute_dtype(dtype)
+    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major,
+                       lambda p: _ensure_fits(p, cd, dtype, is_training, False, "CudnnRNN forward"))
+    config, T, B = problem.config, problem.T, problem.B
+    L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
+    LD = L * D
+    is_lstm = config.rnn_mode == "lstm"
+    flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
+    h0 = h.astype(cd, copy=False).reshape(LD, B, Hout)
+    c0 = c.astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
+    layer_in = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)
+    dropout_applied = is_training and attrs.dropout > 0 and L > 1
+    writer = (reserve.ReserveWriter(config, T, B, problem.lengths, dropout_applied, cd, dtype)
+              if is_training else None)
+    h_final = np.empty((LD, B, Hout), dtype=cd)
+    c_final = np.empty((LD, B, H), dtype=cd) if is_lstm else None
+    valid = problem.valid_mask()
+    for layer in range(L):
+        if writer is not None and layer < L - 1:
+            out = writer.views[f"layer_input_{layer + 1}"]  # the next layer's input, kept for the backprop
+        else:
+            out = np.empty((T, B, D * Hout), dtype=cd)
+        for d in range(D):
+            p = layer * D + d
+            weights = _engine_weights(config, flat, p)
+            valid_scan = _scan(valid, d)
+            trace = _engine_forward(config.rnn_mode, _scan(layer_in, d), h0[p],
+                                    None if c0 is None else c0[p], weights, valid_scan,
+                                    None if writer is None else _reserved_trace(writer.views, config, T, B, p))
+            h_states = trace.h
+            y = _scan(out[:, :, d * Hout:(d + 1) * Hout], d)
+            y[...] = h_states[1:] if valid_scan is None else np.where(valid_scan[:, :, None], h_states[1:], 0)
+            h_final[p] = h_states[-1]
+            if is_lstm:
+                c_final[p] = trace.c[-1]
+        if dropout_applied and layer < L - 1:
+            mask = writer.views[f"dropout_mask_{layer + 1}"]
+            mask[...] = _dropout_mask(attrs, layer, out.shape, cd)
+            out *= mask
+        layer_in = out
+    output = _to_time_major(layer_in, time_major).astype(dtype)
+    output_h = h_final.reshape(problem.state_shape).astype(dtype)
+    output_c = c_final.reshape(problem.cell_shape).astype(dtype) if is_lstm else np.zeros((), dtype)
+    reserve_space = writer.array() if writer is not None else np.zeros((), dtype)
+    return output, output_h, output_c, reserve_space
+
+
+# --------------------------------------------------------------------------------------
+# Backward
+
+
+def _check_shape(array: np.ndarray, expected: tuple, name: str) -> None:
+    if tuple(array.shape) != tuple(expected):
+        raise ValueError(f"Invalid {name} shape: {shape_str(array.shape)} {shape_str(expected)} "
+                         f"({name} must have shape {shape_str(expected)})")
+
+
+def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
+    arrays, dtype = float_arrays(inputs)
+    x, h, c, params = arrays["input"], arrays["input_h"], arrays["input_c"], arrays["params"]
+    cd = compute_dtype(dtype)
+    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major,
+                       lambda p: _ensure_fits(p, cd, dtype, True, True, "CudnnRNN backprop"))
+    config, T, B = problem.config, problem.T, problem.B
+    is_lstm = config.rnn_mode == "lstm"
+    _check_shape(arrays["output"], problem.output_shape, "output")
+    _check_shape(arrays["output_h"], problem.state_shape, "output_h")
+    if is_lstm:
+        _check_shape(arrays["output_c"], problem.cell_shape, "output_c")
+    _check_shape(arrays["output_backprop"], problem.output_shape, "output_backprop")
+    _check_shape(arrays["output_h_backprop"], problem.state_shape, "output_h_backprop")
+    if is_lstm:
+        _check_shape(arrays["output_c_backprop"], problem.cell_shape, "output_c_backprop")
+    views, dropout_applied = reserve.read_reserve(arrays["reserve_space"], config, T, B,
+                                                  problem.lengths, cd)
+    L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
+    LD = L * D
+    flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
+    d_out = np.array(_to_time_major(arrays["output_backprop"], time_major), dtype=cd)
+    dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
+    dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
+    valid = problem.valid_mask()
+    if valid is not None:
+        d_out *= valid[:, :, None]
+    x_tm = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)
+    grad_flat = np.zeros(config.params_size, dtype=cd)
+    dh0 = np.empty((LD, B, Hout), dtype=cd)
+    dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
+    for layer in range(L - 1, -1, -1):
+        layer_in = x_tm if layer == 0 else views[f"layer_input_{layer}"]
+        d_in = np.zeros(layer_in.shape, dtype=cd)
+        for d in range(D):
+            p = layer * D + d
+            weights = _engine_weights(config, flat, p)
+            trace = _reserved_trace(views, config, T, B, p)
+            grads = _engine_backward(
+                config.rnn_mode, _scan(layer_in, d), trace, weights,
+                dh_steps=_scan(d_out[:, :, d * Hout:(d + 1) * Hout], d),
+                dh_last=dh_final[p], dc_last=None if dc_final is None else dc_final[p],
+                valid=_scan(valid, d), need_dx=True)
+            d_in += _scan(grads.dx, d)
+            dh0[p] = grads.dh0
+            if is_lstm:
+                dc0[p] = grads.dc0
+            _write_param_grads(config, grad_flat, p, grads)
+        if layer > 0:
+            if dropout_applied:
+                d_in *= views[f"dropout_mask_{layer}"]
+            if valid is not None:
+                d_in *= valid[:, :, None]
+            d_out = d_in
+        else:
+            d_x = d_in
+    if valid is not None:
+        d_x *= valid[:, :, None]
+    input_backprop = _to_time_major(d_x, time_major).astype(dtype)
+    input_h_backprop = dh0.reshape(problem.state_shape).astype(dtype)
+    input_c_backprop = dc0.reshape(problem.cell_shape).astype(dtype) if is_lstm else np.zeros((), dtype)
+    return CudnnRNNBackpropResult(input_backprop, input_h_backprop, input_c_backprop,
+                                  grad_flat.astype(dtype))
