@@ -3,8 +3,9 @@
 //
 // tanh(x) = sign(x) · e / (e + 2),  e = expm1(2|x|),  |x| clamped to 20 (float) / 40 (double)
 // where tanh rounds to ±1.  expm1(y) = 2^k (p + 1) - 1 with y = k ln2 + r (Cody–Waite,
-// |r| ≤ ln2/2) and p = expm1(r) by its Taylor polynomial (degree 9 float, 15 double; truncation
-// below 1e-9 resp. 1e-18 relative).  No cancellation anywhere, so the error is a few ulp over the
+// |r| ≤ ln2/2) and p = expm1(r) by its Taylor polynomial in Horner form with fused
+// multiply-adds (degree 8 float, 14 double; truncation below 4e-9 resp. 3e-19 relative); the
+// chain of FMAs keeps the latency short (the gate math is latency-bound).  No cancellation anywhere, so the error is a few ulp over the
 // whole range (tests/test_native.py measures it against float64/longdouble: ≤ 4 ulp float32,
 // ≤ 8 ulp float64).  NaN propagates (NaN in, NaN out), ±Inf → ±1, -0 → -0, as np.tanh.
 #pragma once
@@ -22,7 +23,7 @@ template <> struct TanhConstants<float> {
   static constexpr float shifter = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
   static constexpr float ln2_hi = 0.693359375f;
   static constexpr float ln2_lo = -2.12194440e-4f;
-  static constexpr int degree = 9;
+  static constexpr int degree = 8;
   static constexpr int mantissa_bits = 23;
   static constexpr int exponent_bias = 127;
 };
@@ -33,10 +34,17 @@ template <> struct TanhConstants<double> {
   static constexpr double shifter = 6755399441055744.0;  // 1.5 · 2^52
   static constexpr double ln2_hi = 6.93147180369123816490e-01;
   static constexpr double ln2_lo = 1.90821492927058770002e-10;
-  static constexpr int degree = 15;
+  static constexpr int degree = 14;
   static constexpr int mantissa_bits = 52;
   static constexpr int exponent_bias = 1023;
 };
+
+template <class T>
+constexpr T factorial(int n) {
+  T f = 1;
+  for (int i = 2; i <= n; ++i) f *= T(i);
+  return f;
+}
 
 template <class T>
 inline V<T> tanh_vec(V<T> x) {
@@ -52,14 +60,14 @@ inline V<T> tanh_vec(V<T> x) {
   const V<T> y = a + a;
   V<T> k = (y * C::log2e + C::shifter) - C::shifter;
   k = k == k ? k : splat<T>(T(0));  // NaN: any k; keep the conversion below defined
-  const V<T> r = (y - k * C::ln2_hi) - k * C::ln2_lo;
-  // p = expm1(r) = r (1 + r/2 (1 + r/3 (1 + ...)))
-  V<T> p = splat<T>(1);
-  for (int n = C::degree; n >= 2; --n) p = p * r * (T(1) / T(n)) + T(1);
+  const V<T> r = fmadd(-k, splat<T>(C::ln2_lo), fmadd(-k, splat<T>(C::ln2_hi), y));
+  // p = expm1(r) = r (1 + r (1/2! + r (1/3! + ...)))
+  V<T> p = splat<T>(T(1) / factorial<T>(C::degree));
+  for (int n = C::degree - 1; n >= 1; --n) p = fmadd(p, r, splat<T>(T(1) / factorial<T>(n)));
   p = p * r;
   const I ki = __builtin_convertvector(k, I);
   const V<T> two_k = (V<T>)((ki + IS(C::exponent_bias)) << C::mantissa_bits);
-  const V<T> e = (two_k - T(1)) + two_k * p;
+  const V<T> e = fmadd(two_k, p, two_k - T(1));
   const V<T> t = e / (e + T(2));
   return (V<T>)((I)t | sign);
 }

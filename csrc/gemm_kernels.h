@@ -1,10 +1,11 @@
-// The per-step recurrent GEMM: C[M, G·N] = A[M, K] · B, B packed (pack.h), for a range of
-// panels.  Register-blocked micro-kernel: MR rows × NR = 2 vectors columns of accumulators, one
-// FMA per (row, vector, k), k in increasing order from zero; K is cut into chunks of kKChunk so
-// that a panel's chunk stays in L1 while every row block uses it (between chunks the partial
-// sums go through C exactly: storing and reloading a value does not round it).  Each output
-// element is therefore computed by the same sequence of operations whichever thread or panel
-// range computes it, and whatever the chunking: results are independent of the thread count.
+// The GEMM micro-kernels and the per-step recurrent GEMM: C[M, G·N] = A[M, K] · B, B packed
+// (pack.h: panels of NR = 2 vectors columns), A packed per call into row blocks (pack_rows).
+// Register-blocked micro-kernel: MR rows × NR columns of accumulators, one FMA per
+// (row, vector, k), k in increasing order from zero; K is cut into chunks of kKChunk so that a
+// panel's chunk stays in L1 while every row block uses it (between chunks the partial sums go
+// through C exactly: storing and reloading a value does not round it).  Each output element is
+// therefore computed by the same sequence of operations whichever thread or panel range computes
+// it, and whatever the chunking: results are independent of the thread count.
 #pragma once
 
 #include "engine.h"
@@ -20,14 +21,17 @@ constexpr int kMaxRows = 4;
 #endif
 
 constexpr int64_t kKChunk = 256;
+// Panel rows fetched ahead of use: the recurrent matrix (up to 16 MiB) streams from L3 each step.
+constexpr int64_t kPrefetchAhead = 16;
 
 // Rows [0, MR) of the columns of NP consecutive panels (+)= A[:, k0:k1] · panels[k0:k1];
-// `accumulate`: add to C.  Panel p starts `panel_stride` values after panel p-1 and its columns
-// start at C + p·NR; only the last one may be narrower than NR (`last_width`).  NP > 1 gives a
-// few rows enough independent accumulators to hide the FMA latency; each element's sum is the
-// same sequence of FMAs whatever MR and NP.
+// `a`: the row block packed k-major (a[k · MR + r] = A[r, k], pack_rows); `accumulate`: add
+// to C.  Panel p starts `panel_stride` values after panel p-1 and its columns start at
+// C + p·NR; only the last one may be narrower than NR (`last_width`).  NP > 1 gives a few rows
+// enough independent accumulators to hide the FMA latency; each element's sum is the same
+// sequence of FMAs whatever MR and NP.
 template <class T, int MR, int NP>
-inline void micro_kernel(int64_t k0, int64_t k1, const T* A, int64_t lda, const T* panel,
+inline void micro_kernel(int64_t k0, int64_t k1, const T* a, const T* panel,
                          int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
                          bool accumulate) {
   constexpr int W = Vec<T>::width;
@@ -50,15 +54,18 @@ inline void micro_kernel(int64_t k0, int64_t k1, const T* A, int64_t lda, const 
       }
     }
   }
-  for (int64_t k = k0; k < k1; ++k) {
+  const T* ak = a + k0 * MR;
+  const T* bk = panel + k0 * nr;
+  for (int64_t k = k0; k < k1; ++k, ak += MR, bk += nr) {
     V<T> b[2 * NP];
     for (int p = 0; p < NP; ++p) {
-      b[2 * p] = load(panel + p * panel_stride + k * nr);
-      b[2 * p + 1] = load(panel + p * panel_stride + k * nr + W);
+      __builtin_prefetch(bk + p * panel_stride + kPrefetchAhead * nr);
+      b[2 * p] = load(bk + p * panel_stride);
+      b[2 * p + 1] = load(bk + p * panel_stride + W);
     }
     for (int r = 0; r < MR; ++r) {
-      const V<T> a = splat<T>(A[r * lda + k]);
-      for (int q = 0; q < 2 * NP; ++q) acc[r][q] = fmadd(a, b[q], acc[r][q]);
+      const V<T> av = broadcast(ak + r);
+      for (int q = 0; q < 2 * NP; ++q) acc[r][q] = fmadd(av, b[q], acc[r][q]);
     }
   }
   for (int r = 0; r < MR; ++r) {
@@ -82,11 +89,11 @@ inline void micro_kernel(int64_t k0, int64_t k1, const T* A, int64_t lda, const 
 inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : 1; }
 
 template <class T>
-inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* A, int64_t lda,
-                       const T* panel, int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
+inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a, const T* panel,
+                       int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
                        bool accumulate) {
 #define FUSEDRNN_KERNEL(MR, NP) \
-  micro_kernel<T, MR, NP>(k0, k1, A, lda, panel, panel_stride, C, ldc, last_width, accumulate)
+  micro_kernel<T, MR, NP>(k0, k1, a, panel, panel_stride, C, ldc, last_width, accumulate)
   if (rows == 1) {
     switch (panels) {
       case 4: FUSEDRNN_KERNEL(1, 4); return;
@@ -114,13 +121,50 @@ inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* A,
 #undef FUSEDRNN_KERNEL
 }
 
+// Packs rows [0, M) and columns [k0, k1) of A (element (m, k) at A[m · row_stride +
+// k · col_stride]) into row blocks of kMaxRows rows, each k-major: block b (rows
+// b·kMaxRows ..., `rows` of them, fewer in the last block) holds dst[b·kMaxRows·K' + k'·rows + r]
+// with K' = k1 - k0 (M · K' values in all).  A block's micro-kernel reads it as a[k'·MR + r].
+template <class T>
+void pack_rows(const T* A, int64_t row_stride, int64_t col_stride, int64_t M, int64_t k0,
+               int64_t k1, T* dst) {
+  const int64_t depth = k1 - k0;
+  for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
+    const int64_t rows = M - m0 < kMaxRows ? M - m0 : kMaxRows;
+    T* block = dst + m0 * depth;
+    const T* src = A + m0 * row_stride + k0 * col_stride;
+    if (col_stride == 1) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < depth; ++k) block[k * rows + r] = src[r * row_stride + k];
+    } else {
+      for (int64_t k = 0; k < depth; ++k)
+        for (int64_t r = 0; r < rows; ++r) block[k * rows + r] = src[r * row_stride + k * col_stride];
+    }
+  }
+}
+
+// Workspace values gemm_panels needs for M rows and depth K: the packed A, and (K > kKChunk) a
+// contiguous [M, 4·NR] tile holding the partial sums between K chunks.
+template <class T>
+constexpr size_t gemm_workspace_values(int64_t M, int64_t K) {
+  return size_t(M * K + (K > kKChunk ? M * 4 * PackedMatrix<T>::nr : 0));
+}
+
 // C[m, g·N + n] = Σ_k A[m, k] B[k, g·N + n] for every group g and the columns of panels
-// [first, last); M rows; A row stride lda, C row stride ldc.
+// [first, last); M rows; A row stride lda (contiguous rows), C row stride ldc.  `work`:
+// gemm_workspace_values(M, K) values (one per thread).  With several K chunks the partial sums
+// live in a contiguous tile, not in C: C's rows are often a power of two apart (4H columns),
+// and re-reading them between chunks would evict the panel from L1 (its rows share a set).
 template <class T>
 void gemm_panels(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, int64_t first,
-                 int64_t last, T* C, int64_t ldc) {
+                 int64_t last, T* C, int64_t ldc, T* work) {
   constexpr int nr = PackedMatrix<T>::nr;
   const int64_t panel_stride = B.rows * nr;
+  if (first >= last) return;
+  T* a_pack = work;
+  pack_rows(A, lda, int64_t(1), M, int64_t(0), B.rows, a_pack);
+  const bool chunked = B.rows > kKChunk;
+  T* tile = work + M * B.rows;
   // Panels outermost (a panel's K chunk is reused from L1 by every row block); several panels
   // per call only when the whole GEMM has 1 or 2 rows.
   const int step = M < 3 ? panels_per_call(int(M)) : 1;
@@ -129,15 +173,22 @@ void gemm_panels(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, i
       const int panels = int(last - j < step ? last - j : step);
       const int64_t j_last = j + panels - 1;
       const int64_t last_width = B.columns - j_last * nr < nr ? B.columns - j_last * nr : nr;
+      const int64_t width = (panels - 1) * nr + last_width;
       const T* panel = B.panel(g, j);
+      T* c_block = C + g * B.columns + j * nr;
+      T* out = chunked ? tile : c_block;
+      const int64_t ldo = chunked ? panels * nr : ldc;
       for (int64_t k0 = 0; k0 < B.rows || k0 == 0; k0 += kKChunk) {
         const int64_t k1 = B.rows - k0 < kKChunk ? B.rows : k0 + kKChunk;
         for (int64_t m = 0; m < M; m += kMaxRows) {
           const int rows = int(M - m < kMaxRows ? M - m : kMaxRows);
-          micro_rows<T>(rows, panels, k0, k1, A + m * lda, lda, panel, panel_stride,
-                        C + m * ldc + g * B.columns + j * nr, ldc, last_width, k0 > 0);
+          micro_rows<T>(rows, panels, k0, k1, a_pack + m * B.rows, panel, panel_stride,
+                        out + m * ldo, ldo, chunked ? nr : last_width, k0 > 0);
         }
       }
+      if (chunked)
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t c = 0; c < width; ++c) c_block[m * ldc + c] = tile[m * ldo + c];
     }
   }
 }
@@ -150,6 +201,16 @@ struct Buffer {
   ~Buffer() { workspace_free(data); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+};
+
+// One workspace of `values` values per thread of a team (e.g. each thread's packed A).
+template <class T>
+struct PerThread {
+  size_t stride;
+  Buffer<T> buffer;
+  PerThread(int threads, size_t values)
+      : stride((values + 15) / 16 * 16), buffer(size_t(threads) * stride) {}
+  T* of(int thread) const { return buffer.data + size_t(thread) * stride; }
 };
 
 // Thread t's share [first, last) of `count` blocks split over n threads.

@@ -14,6 +14,7 @@ struct GruForwardJob {
   const GruForwardArgs<T>& a;
   PackedMatrix<T> rec;  // R: K = H, groups r, u, h' of H columns
   T* q;                 // [B, 3H] h_{t-1} R + bR
+  const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
@@ -27,7 +28,7 @@ struct GruForwardJob {
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       if (n > 0) {
-        gemm_panels(B, h_prev_t, H, rec, j0, j1, q, G);
+        gemm_panels(B, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           T* qb = q + b * G;
           const T* xg = a.x_gates + (t * B + b) * G;
@@ -70,6 +71,7 @@ struct GruBackwardJob {
   const GruBackwardArgs<T>& a;
   PackedMatrix<T> rec_t;  // Rᵀ: K = 3H, N = H
   T* dh_prev;             // [B, H]
+  const PerThread<T>* a_packs;
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
@@ -109,7 +111,7 @@ struct GruBackwardJob {
       }
       sync->wait();
       if (u1 > u0) {
-        gemm_panels(B, a.d_q + t * B * G, G, rec_t, j0, j1, dh_prev, H);
+        gemm_panels(B, a.d_q + t * B * G, G, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           const T* ug = a.gates + (t * B + b) * G + H;
           T* dh = a.dh + b * H;
@@ -126,22 +128,28 @@ struct GruBackwardJob {
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  GruForwardJob<T> job{a, {}, nullptr};
+  GruForwardJob<T> job{a, {}, nullptr, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
   Buffer<T> rec(job.rec.values()), q(size_t(a.batch * 3 * a.units));
   job.rec.data = rec.data;
   job.q = q.data;
-  run_job(job, team_size(threads, job.rec.panels()));
+  const int team = team_size(threads, job.rec.panels());
+  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
+  job.a_packs = &a_packs;
+  run_job(job, team);
 }
 
 template <class T>
 void gru_backward(const GruBackwardArgs<T>& a, int threads) {
-  GruBackwardJob<T> job{a, {}, nullptr};
+  GruBackwardJob<T> job{a, {}, nullptr, nullptr};
   job.rec_t.rows = 3 * a.units; job.rec_t.columns = a.units;
   Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
   job.rec_t.data = rec_t.data;
   job.dh_prev = dh_prev.data;
-  run_job(job, team_size(threads, job.rec_t.panels()));
+  const int team = team_size(threads, job.rec_t.panels());
+  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 3 * a.units));
+  job.a_packs = &a_packs;
+  run_job(job, team);
 }
 
 template void gru_forward<float>(const GruForwardArgs<float>&, int);

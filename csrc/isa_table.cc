@@ -20,7 +20,9 @@ void gemm_hook(int64_t M, int64_t K, int64_t N, const T* A, const T* Bm, T* C, i
   Buffer<T> data(packed.values());
   packed.data = data.data;
   pack_panels(Bm, N, 1, packed, 0, packed.panels());
-  for (int64_t r = 0; r < repeats; ++r) gemm_panels(M, A, K, packed, 0, packed.panels(), C, N);
+  Buffer<T> a_pack(gemm_workspace_values<T>(M, K));
+  for (int64_t r = 0; r < repeats; ++r)
+    gemm_panels(M, A, K, packed, 0, packed.panels(), C, N, a_pack.data);
 }
 
 #define FUSEDRNN_STR2(x) #x

@@ -20,6 +20,62 @@ struct LstmForwardJob {
   const LstmForwardArgs<T>& a;
   PackedMatrix<T> rec, proj;  // R: K = P, groups i, f, c, o of H columns; W_P: K = H, N = P
   T* m;                       // [B, H] o ⊙ tanh(c) before the projection
+  const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
+
+  // One batch row's gate math for units [u0, u1), a vector of units at a time, every lane the
+  // same IEEE operations in the NumPy engine's order: g (the recurrent GEMM's output) becomes
+  // the activations i, f, c', o; c_next, co = tanh(c_next) and out = o ⊙ co are written.
+  void gate_math(T* g, const T* xg, const T* cp, T* cn, T* co, T* out, int64_t u0,
+                 int64_t u1) const {
+    constexpr int W = Vec<T>::width;
+    const int64_t H = a.units;
+    const T* peep = a.peep;
+    const T clip = a.cell_clip;
+    const V<T> one = splat<T>(T(1)), half = splat<T>(T(0.5));
+    const V<T> hi = splat<T>(clip), lo = splat<T>(-clip);
+    for (int64_t u = u0; u < u1; u += W) {
+      const int64_t n = u1 - u < W ? u1 - u : W;
+      V<T> gi = load_n(g + u, n) + load_n(xg + u, n);
+      V<T> gf = load_n(g + H + u, n) + load_n(xg + H + u, n);
+      V<T> gc = load_n(g + 2 * H + u, n) + load_n(xg + 2 * H + u, n);
+      V<T> go = load_n(g + 3 * H + u, n) + load_n(xg + 3 * H + u, n);
+      const V<T> c_prev = load_n(cp + u, n);
+      if (peep) {
+        gi += c_prev * load_n(peep + u, n);
+        gf += c_prev * load_n(peep + H + u, n);
+      }
+      gi = tanh_vec<T>(gi);
+      gf = tanh_vec<T>(gf);
+      gc = tanh_vec<T>(gc);
+      if (!peep) go = tanh_vec<T>(go);
+      gi = (gi + one) * half;
+      gf = (gf + one) * half;
+      V<T> c = gf * c_prev;
+      c += gi * gc;
+      if (clip > 0) {
+        c = c < lo ? lo : c;
+        c = c > hi ? hi : c;
+      }
+      store_n(g + u, gi, n);
+      store_n(g + H + u, gf, n);
+      store_n(g + 2 * H + u, gc, n);
+      store_n(g + 3 * H + u, go, n);
+      store_n(cn + u, c, n);
+    }
+    // Second pass (each pass's iterations are independent, so the out-of-order core overlaps
+    // their tanh chains): o and tanh(c), which need c.
+    for (int64_t u = u0; u < u1; u += W) {
+      const int64_t n = u1 - u < W ? u1 - u : W;
+      const V<T> c = load_n(cn + u, n);
+      V<T> go = load_n(g + 3 * H + u, n);
+      if (peep) go = tanh_vec<T>(go + c * load_n(peep + 2 * H + u, n));
+      go = (go + one) * half;
+      const V<T> c_out = tanh_vec<T>(c);
+      store_n(g + 3 * H + u, go, n);
+      store_n(co + u, c_out, n);
+      store_n(out + u, go * c_out, n);
+    }
+  }
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
@@ -32,7 +88,6 @@ struct LstmForwardJob {
     }
     const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
     const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
-    const T half = T(0.5), clip = a.cell_clip;
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
       T* h_next = a.h + (t + 1) * B * P;
@@ -42,40 +97,14 @@ struct LstmForwardJob {
       const T* xg_t = a.x_gates + t * B * G;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       if (n > 0) {
-        gemm_panels(B, h_prev, P, rec, j0, j1, g_t, G);
+        gemm_panels(B, h_prev, P, rec, j0, j1, g_t, G, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
-          T* g = g_t + b * G;
-          const T* xg = xg_t + b * G;
-          const T* cp = c_prev_t + b * H;
-          T* cn = c_next_t + b * H;
-          T* co = a.co + (t * B + b) * H;
-          T *gi = g, *gf = g + H, *gc = g + 2 * H, *go = g + 3 * H;
-          for (int k = 0; k < 4; ++k)
-            for (int64_t u = u0; u < u1; ++u) g[k * H + u] += xg[k * H + u];
-          if (a.peep) {
-            for (int64_t u = u0; u < u1; ++u) gi[u] += cp[u] * a.peep[u];
-            for (int64_t u = u0; u < u1; ++u) gf[u] += cp[u] * a.peep[H + u];
-            for (int k = 0; k < 3; ++k) tanh_array(g + k * H + u0, g + k * H + u0, n);
-          } else {
-            for (int k = 0; k < 4; ++k) tanh_array(g + k * H + u0, g + k * H + u0, n);
-          }
-          for (int64_t u = u0; u < u1; ++u) gi[u] = (gi[u] + T(1)) * half;
-          for (int64_t u = u0; u < u1; ++u) gf[u] = (gf[u] + T(1)) * half;
-          for (int64_t u = u0; u < u1; ++u) {
-            T c = gf[u] * cp[u];
-            c += gi[u] * gc[u];
-            if (clip > 0) c = c < -clip ? -clip : (c > clip ? clip : c);
-            cn[u] = c;
-          }
-          if (a.peep) {
-            for (int64_t u = u0; u < u1; ++u) go[u] += cn[u] * a.peep[2 * H + u];
-            tanh_array(go + u0, go + u0, n);
-          }
-          for (int64_t u = u0; u < u1; ++u) go[u] = (go[u] + T(1)) * half;
-          tanh_array(cn + u0, co + u0, n);
           T* out = a.w_proj ? m + b * H : h_next + b * P;
-          for (int64_t u = u0; u < u1; ++u) out[u] = go[u] * co[u];
+          gate_math(g_t + b * G, xg_t + b * G, c_prev_t + b * H, c_next_t + b * H,
+                    a.co + (t * B + b) * H, out, u0, u1);
           if (valid && !valid[b]) {
+            T* cn = c_next_t + b * H;
+            const T* cp = c_prev_t + b * H;
             for (int64_t u = u0; u < u1; ++u) cn[u] = cp[u];
             if (!a.w_proj)
               for (int64_t u = u0; u < u1; ++u) h_next[b * P + u] = h_prev[b * P + u];
@@ -85,7 +114,7 @@ struct LstmForwardJob {
       if (a.w_proj) {
         sync->wait();
         if (p1 > p0) {
-          gemm_panels(B, m, H, proj, q0, q1, h_next, P);
+          gemm_panels(B, m, H, proj, q0, q1, h_next, P, a_packs->of(t_id));
           for (int64_t b = 0; b < B; ++b)
             if (valid && !valid[b])
               for (int64_t p = p0; p < p1; ++p) h_next[b * P + p] = h_prev[b * P + p];
@@ -102,6 +131,7 @@ struct LstmBackwardJob {
   PackedMatrix<T> rec_t, proj_t;  // Rᵀ: K = 4H, N = P; W_Pᵀ: K = P, N = H
   T* dm;                          // [B, H] gradient of o ⊙ tanh(c) (projection only)
   T* dh_prev;                     // [B, P] dG Rᵀ
+  const PerThread<T>* a_packs;
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
@@ -133,7 +163,7 @@ struct LstmBackwardJob {
       }
       if (a.w_proj) {
         sync->wait();
-        if (u1 > u0) gemm_panels(B, a.dh, P, proj_t, j0, j1, dm, H);
+        if (u1 > u0) gemm_panels(B, a.dh, P, proj_t, j0, j1, dm, H, a_packs->of(t_id));
       }
       for (int64_t b = 0; b < B; ++b) {
         const T* g = a.gates + (t * B + b) * G;
@@ -170,7 +200,7 @@ struct LstmBackwardJob {
       }
       sync->wait();
       if (p1 > p0) {
-        gemm_panels(B, a.d_gates + t * B * G, G, rec_t, q0, q1, dh_prev, P);
+        gemm_panels(B, a.d_gates + t * B * G, G, rec_t, q0, q1, dh_prev, P, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           if (valid && !valid[b]) continue;
           for (int64_t p = p0; p < p1; ++p) a.dh[b * P + p] = dh_prev[b * P + p];
@@ -184,7 +214,7 @@ struct LstmBackwardJob {
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  LstmForwardJob<T> job{a, {}, {}, nullptr};
+  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr};
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
   Buffer<T> rec(job.rec.values());
   job.rec.data = rec.data;
@@ -198,12 +228,15 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   Buffer<T> proj(proj_values), m(a.w_proj ? size_t(a.batch * a.units) : 0);
   job.proj.data = proj.data;
   job.m = m.data;
-  run_job(job, team_size(threads, blocks));
+  const int team = team_size(threads, blocks);
+  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units > a.out_units ? a.units : a.out_units));
+  job.a_packs = &a_packs;
+  run_job(job, team);
 }
 
 template <class T>
 void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
-  LstmBackwardJob<T> job{a, {}, {}, nullptr, nullptr};
+  LstmBackwardJob<T> job{a, {}, {}, nullptr, nullptr, nullptr};
   job.rec_t.rows = 4 * a.units; job.rec_t.columns = a.out_units;
   Buffer<T> rec_t(job.rec_t.values());
   job.rec_t.data = rec_t.data;
@@ -219,7 +252,10 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   job.proj_t.data = proj_t.data;
   job.dm = dm.data;
   job.dh_prev = dh_prev.data;
-  run_job(job, team_size(threads, blocks));
+  const int team = team_size(threads, blocks);
+  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
+  job.a_packs = &a_packs;
+  run_job(job, team);
 }
 
 template void lstm_forward<float>(const LstmForwardArgs<float>&, int);

@@ -19,6 +19,7 @@ template <class T>
 struct RnnForwardJob {
   const RnnForwardArgs<T>& a;
   PackedMatrix<T> rec;
+  const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units;
@@ -31,7 +32,7 @@ struct RnnForwardJob {
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       if (n > 0) {
-        gemm_panels(B, h_prev_t, H, rec, j0, j1, h_next_t, H);
+        gemm_panels(B, h_prev_t, H, rec, j0, j1, h_next_t, H, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           T* hn = h_next_t + b * H;
           const T* xg = a.x_gates + (t * B + b) * H;
@@ -55,6 +56,7 @@ struct RnnBackwardJob {
   const RnnBackwardArgs<T>& a;
   PackedMatrix<T> rec_t;
   T* dh_prev;
+  const PerThread<T>* a_packs;
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units;
@@ -84,7 +86,7 @@ struct RnnBackwardJob {
       }
       sync->wait();
       if (u1 > u0) {
-        gemm_panels(B, a.d_pre + t * B * H, H, rec_t, j0, j1, dh_prev, H);
+        gemm_panels(B, a.d_pre + t * B * H, H, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           if (valid && !valid[b]) continue;
           for (int64_t u = u0; u < u1; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
@@ -98,21 +100,27 @@ struct RnnBackwardJob {
 
 template <class T>
 void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
-  RnnForwardJob<T> job{a, {}};
+  RnnForwardJob<T> job{a, {}, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units;
   Buffer<T> rec(job.rec.values());
   job.rec.data = rec.data;
-  run_job(job, team_size(threads, job.rec.panels()));
+  const int team = team_size(threads, job.rec.panels());
+  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
+  job.a_packs = &a_packs;
+  run_job(job, team);
 }
 
 template <class T>
 void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
-  RnnBackwardJob<T> job{a, {}, nullptr};
+  RnnBackwardJob<T> job{a, {}, nullptr, nullptr};
   job.rec_t.rows = a.units; job.rec_t.columns = a.units;
   Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
   job.rec_t.data = rec_t.data;
   job.dh_prev = dh_prev.data;
-  run_job(job, team_size(threads, job.rec_t.panels()));
+  const int team = team_size(threads, job.rec_t.panels());
+  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
+  job.a_packs = &a_packs;
+  run_job(job, team);
 }
 
 template void rnn_forward<float>(const RnnForwardArgs<float>&, int);

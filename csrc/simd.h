@@ -49,10 +49,48 @@ inline void store(T* p, V<T> v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// The first n ≤ width values at p (the rest of the lanes 0), and storing only them.
+template <class T>
+inline V<T> load_n(const T* p, int64_t n) {
+  if (n == Vec<T>::width) return load(p);
+  V<T> v = {};
+  std::memcpy(&v, p, size_t(n) * sizeof(T));
+  return v;
+}
+
+template <class T>
+inline void store_n(T* p, V<T> v, int64_t n) {
+  if (n == Vec<T>::width) return store(p, v);
+  std::memcpy(p, &v, size_t(n) * sizeof(T));
+}
+
 template <class T>
 inline V<T> splat(T s) {
   V<T> zero = {};
   return zero + s;
+}
+
+// Every lane = *p (one load that broadcasts, where the ISA has it).
+inline V<float> broadcast(const float* p) {
+#if FUSEDRNN_VECTOR_BYTES == 64
+  return (V<float>)_mm512_set1_ps(*p);
+#elif FUSEDRNN_VECTOR_BYTES == 32
+  return (V<float>)_mm256_set1_ps(*p);  // not _mm256_broadcast_ss: a may-alias load keeps GCC from holding accumulators in registers
+#else
+  V<float> v = {*p, *p, *p, *p};
+  return v;
+#endif
+}
+
+inline V<double> broadcast(const double* p) {
+#if FUSEDRNN_VECTOR_BYTES == 64
+  return (V<double>)_mm512_set1_pd(*p);
+#elif FUSEDRNN_VECTOR_BYTES == 32
+  return (V<double>)_mm256_set1_pd(*p);
+#else
+  V<double> v = {*p, *p};
+  return v;
+#endif
 }
 
 // a * b + c: one rounding (FMA) where the ISA has it, else two (the portable path).
