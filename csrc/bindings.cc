@@ -73,12 +73,16 @@ bool is_double(const py::object& o) {
 int64_t dim(const py::object& o, int axis) { return py::reinterpret_borrow<py::array>(o).shape(axis); }
 
 template <class T>
-void lstm_forward(py::object x_gates, py::object w_rec, py::object peep, py::object w_proj,
-                  py::object valid, double cell_clip, py::object gates, py::object c, py::object co,
-                  py::object h, int threads) {
-  LstmForwardArgs<T> a{dim(x_gates, 0), dim(x_gates, 1), dim(c, 2), dim(h, 2),
-                       in<T>(x_gates, "x_gates"), in<T>(w_rec, "w_rec"), in<T>(peep, "peep"),
-                       in<T>(w_proj, "w_proj"), mask(valid), T(cell_clip),
+void lstm_forward(py::object x_gates, py::object x, py::object w_in, py::object bias,
+                  py::object gate_scale, py::object w_rec, py::object peep, py::object w_proj,
+                  py::object valid, double cell_clip, bool keep_trace, py::object gates,
+                  py::object c, py::object co, py::object h, int threads) {
+  LstmForwardArgs<T> a{dim(h, 0) - 1, dim(h, 1), dim(c, 2), dim(h, 2),
+                       in<T>(x_gates, "x_gates"), in<T>(x, "x"), in<T>(w_in, "w_in"),
+                       in<T>(bias, "bias"), in<T>(gate_scale, "gate_scale"),
+                       x.is_none() ? 0 : dim(x, 2),
+                       in<T>(w_rec, "w_rec"), in<T>(peep, "peep"),
+                       in<T>(w_proj, "w_proj"), mask(valid), T(cell_clip), keep_trace,
                        out<T>(gates, "gates"), out<T>(c, "c"), out<T>(co, "co"), out<T>(h, "h")};
   const EngineTable& t = table();
   py::gil_scoped_release release;
@@ -189,11 +193,14 @@ PYBIND11_MODULE(_native, m) {
     return itemsize == 8 ? table().panel_width_double : table().panel_width_float;
   }, py::arg("itemsize"), "NR of the packed GEMM panels (values) for the current ISA.");
 
-  m.def("lstm_forward", [](py::object x_gates, py::object w_rec, py::object peep, py::object w_proj,
-                           py::object valid, double clip, py::object gates, py::object c,
-                           py::object co, py::object h, int threads) {
-    (is_double(x_gates) ? lstm_forward<double> : lstm_forward<float>)(
-        x_gates, w_rec, peep, w_proj, valid, clip, gates, c, co, h, threads);
+  m.def("lstm_forward", [](py::object x_gates, py::object x, py::object w_in, py::object bias,
+                           py::object gate_scale, py::object w_rec, py::object peep,
+                           py::object w_proj, py::object valid, double clip, bool keep_trace,
+                           py::object gates, py::object c, py::object co, py::object h,
+                           int threads) {
+    (is_double(h) ? lstm_forward<double> : lstm_forward<float>)(
+        x_gates, x, w_in, bias, gate_scale, w_rec, peep, w_proj, valid, clip, keep_trace, gates,
+        c, co, h, threads);
   });
   m.def("lstm_backward", [](py::object gates, py::object c, py::object co, py::object h,
                             py::object w_rec, py::object peep, py::object w_proj,

@@ -15,15 +15,27 @@ namespace fusedrnn {
 // LSTM forward over one pseudo-layer (fusedrnn/engines/lstm.py has the math).  x_gates and
 // w_rec come with the sigmoid gates' columns (i, f, o) already halved, peep (wci, wcf, wco:
 // [3, H]) too, so that one tanh gives every gate: σ(z) = (1 + tanh(z/2)) / 2.
+//
+// The input projection is either given (x_gates) or computed inside the loop from x, w_in,
+// bias and gate_scale, a chunk of steps at a time, each thread its own columns:
+// x_gates = (x W + b) ⊙ gate_scale, the NumPy engine's operations in its order.  keep_trace =
+// false (inference): gates and co are single-step buffers [1, B, ...] and c holds two steps
+// [2, B, H] used in turn (c[t % 2]); only h is recorded for every step.
 template <class T>
 struct LstmForwardArgs {
   int64_t steps, batch, units, out_units;  // T, B, H, P
-  const T* x_gates;   // [T, B, 4H]  x W + b, halved columns
+  const T* x_gates;   // [T, B, 4H]  x W + b, halved columns; or null, then:
+  const T* x;         // [T, B, I]
+  const T* w_in;      // [I, 4H]     (not halved)
+  const T* bias;      // [4H]
+  const T* gate_scale;  // [4H]      0.5 for the sigmoid gates' columns, 1 for c'
+  int64_t inputs;     // I
   const T* w_rec;     // [P, 4H]     halved columns
   const T* peep;      // [3, H] halved, or null
   const T* w_proj;    // [H, P] or null (then P == H)
   const uint8_t* valid;
   T cell_clip;        // > 0: clip c to [-clip, clip]
+  bool keep_trace;
   T* gates;           // [T, B, 4H]  out: i, f, c', o activations
   T* c;               // [T+1, B, H] c[0] given, c[1:] out
   T* co;              // [T, B, H]   out: tanh(c[t+1])

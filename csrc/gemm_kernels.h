@@ -213,6 +213,35 @@ struct PerThread {
   T* of(int thread) const { return buffer.data + size_t(thread) * stride; }
 };
 
+// Rows of the input-projection chunks computed inside the time loops: enough rows for the
+// GEMM to run at full speed, few enough that the chunk stays in L2.
+constexpr int64_t kProjectionRows = 128;
+
+// The input projection x_t W of a chunk of steps, computed inside a time loop by each thread for
+// its own panels (no barrier: x and W are read-only, each thread writes its own columns).
+template <class T>
+struct ChunkedProjection {
+  const T* x = nullptr;  // [T, B, I]
+  int64_t inputs = 0, batch = 0, chunk_steps = 1;
+  PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns
+  T* buffer = nullptr;   // [chunk_steps, B, G·H]
+
+  static int64_t steps_per_chunk(int64_t steps, int64_t batch) {
+    const int64_t n = batch > 0 ? (kProjectionRows + batch - 1) / batch : 1;
+    return n < steps ? n : (steps > 0 ? steps : 1);
+  }
+  // x_t W for step t (own columns), computing the chunk that starts at t when t is its first.
+  const T* step(int64_t t, int64_t steps, int64_t first, int64_t last, T* work) const {
+    const int64_t in_chunk = t % chunk_steps;
+    if (in_chunk == 0) {
+      const int64_t n = steps - t < chunk_steps ? steps - t : chunk_steps;
+      gemm_panels(n * batch, x + t * batch * inputs, inputs, w, first, last, buffer,
+                  w.groups * w.columns, work);
+    }
+    return buffer + in_chunk * batch * w.groups * w.columns;
+  }
+};
+
 // Thread t's share [first, last) of `count` blocks split over n threads.
 inline void split_blocks(int64_t count, int t, int n, int64_t* first, int64_t* last) {
   *first = count * t / n;

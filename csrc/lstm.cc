@@ -21,10 +21,12 @@ struct LstmForwardJob {
   PackedMatrix<T> rec, proj;  // R: K = P, groups i, f, c, o of H columns; W_P: K = H, N = P
   T* m;                       // [B, H] o ⊙ tanh(c) before the projection
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
+  ChunkedProjection<T> input;   // x W (when x_gates is not given)
 
   // One batch row's gate math for units [u0, u1), a vector of units at a time, every lane the
   // same IEEE operations in the NumPy engine's order: g (the recurrent GEMM's output) becomes
   // the activations i, f, c', o; c_next, co = tanh(c_next) and out = o ⊙ co are written.
+  // Without a given x_gates, xg is x_t W and the bias and gate scale are applied here.
   void gate_math(T* g, const T* xg, const T* cp, T* cn, T* co, T* out, int64_t u0,
                  int64_t u1) const {
     constexpr int W = Vec<T>::width;
@@ -35,10 +37,16 @@ struct LstmForwardJob {
     const V<T> hi = splat<T>(clip), lo = splat<T>(-clip);
     for (int64_t u = u0; u < u1; u += W) {
       const int64_t n = u1 - u < W ? u1 - u : W;
-      V<T> gi = load_n(g + u, n) + load_n(xg + u, n);
-      V<T> gf = load_n(g + H + u, n) + load_n(xg + H + u, n);
-      V<T> gc = load_n(g + 2 * H + u, n) + load_n(xg + 2 * H + u, n);
-      V<T> go = load_n(g + 3 * H + u, n) + load_n(xg + 3 * H + u, n);
+      V<T> x_part[4];
+      for (int k = 0; k < 4; ++k) {
+        x_part[k] = load_n(xg + k * H + u, n);
+        if (!a.x_gates)
+          x_part[k] = (x_part[k] + load_n(a.bias + k * H + u, n)) * load_n(a.gate_scale + k * H + u, n);
+      }
+      V<T> gi = load_n(g + u, n) + x_part[0];
+      V<T> gf = load_n(g + H + u, n) + x_part[1];
+      V<T> gc = load_n(g + 2 * H + u, n) + x_part[2];
+      V<T> go = load_n(g + 3 * H + u, n) + x_part[3];
       const V<T> c_prev = load_n(cp + u, n);
       if (peep) {
         gi += c_prev * load_n(peep + u, n);
@@ -86,22 +94,26 @@ struct LstmForwardJob {
       split_blocks(proj.panels(), t_id, n_threads, &q0, &q1);
       pack_panels(a.w_proj, P, 1, proj, q0, q1);
     }
+    if (!a.x_gates) pack_panels(a.w_in, G, 1, input.w, j0, j1);
     const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
     const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
+    const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
       T* h_next = a.h + (t + 1) * B * P;
-      const T* c_prev_t = a.c + t * B * H;
-      T* c_next_t = a.c + (t + 1) * B * H;
-      T* g_t = a.gates + t * B * G;
-      const T* xg_t = a.x_gates + t * B * G;
+      const T* c_prev_t = a.c + (t % c_slots) * B * H;
+      T* c_next_t = a.c + ((t + 1) % c_slots) * B * H;
+      T* g_t = a.gates + (t % step_slots) * B * G;
+      T* co_t = a.co + (t % step_slots) * B * H;
+      const T* xg_t = a.x_gates ? a.x_gates + t * B * G
+                                : n > 0 ? input.step(t, T_, j0, j1, a_packs->of(t_id)) : nullptr;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       if (n > 0) {
         gemm_panels(B, h_prev, P, rec, j0, j1, g_t, G, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           T* out = a.w_proj ? m + b * H : h_next + b * P;
           gate_math(g_t + b * G, xg_t + b * G, c_prev_t + b * H, c_next_t + b * H,
-                    a.co + (t * B + b) * H, out, u0, u1);
+                    co_t + b * H, out, u0, u1);
           if (valid && !valid[b]) {
             T* cn = c_next_t + b * H;
             const T* cp = c_prev_t + b * H;
@@ -214,7 +226,7 @@ struct LstmBackwardJob {
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr};
+  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}};
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
   Buffer<T> rec(job.rec.values());
   job.rec.data = rec.data;
@@ -228,8 +240,24 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   Buffer<T> proj(proj_values), m(a.w_proj ? size_t(a.batch * a.units) : 0);
   job.proj.data = proj.data;
   job.m = m.data;
+  ChunkedProjection<T>& input = job.input;
+  input.w = job.rec;
+  input.w.rows = a.x_gates ? 0 : a.inputs;
+  input.x = a.x; input.inputs = a.inputs; input.batch = a.batch;
+  input.chunk_steps = ChunkedProjection<T>::steps_per_chunk(a.steps, a.batch);
+  const int64_t chunk_rows = a.x_gates ? 0 : input.chunk_steps * a.batch;
+  Buffer<T> w_in(a.x_gates ? 0 : input.w.values()),
+      projected(size_t(chunk_rows * 4 * a.units));
+  input.w.data = w_in.data;
+  input.buffer = projected.data;
   const int team = team_size(threads, blocks);
-  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units > a.out_units ? a.units : a.out_units));
+  const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
+  size_t work = gemm_workspace_values<T>(a.batch, depth);
+  if (chunk_rows) {
+    const size_t projection_work = gemm_workspace_values<T>(chunk_rows, a.inputs);
+    work = work > projection_work ? work : projection_work;
+  }
+  PerThread<T> a_packs(team, work);
   job.a_packs = &a_packs;
   run_job(job, team);
 }

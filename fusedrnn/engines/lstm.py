@@ -92,7 +92,7 @@ def ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
                             bias=bias)
 
 
-def _half_scale(H: int, dtype) -> np.ndarray:
+def gate_scale(H: int, dtype) -> np.ndarray:
     """Column scale [0.5 (i, f), 1 (c), 0.5 (o)]: with the sigmoid gates' pre-activations halved
     (exactly: a power of two), one tanh over all gates gives σ(z) = (1 + tanh(z / 2)) / 2."""
     scale = np.full(4 * H, 0.5, dtype=dtype)
@@ -105,6 +105,18 @@ def trace_shapes(T: int, B: int, H: int, Hout: int) -> list:
     return [(T, B, 4 * H), (T + 1, B, H), (T, B, H), (T + 1, B, Hout)]
 
 
+def recurrent_operands(w: LSTMWeights, options: LSTMOptions, dtype):
+    """``(w_recurrent [Hout, 4H], peepholes)`` of weights ``w`` in i, f, c, o order, with the
+    sigmoid gates' columns (i, f, o) halved; the peepholes (wci, wcf, wco) halved too, or None
+    without peepholes."""
+    scale = gate_scale(w.bias.shape[-1] // 4, dtype)
+    w_recurrent = w.w_recurrent * scale
+    peep = None
+    if options.use_peephole:
+        peep = tuple(p * dtype.type(0.5) for p in w.peepholes)
+    return w_recurrent, peep
+
+
 def forward_operands(x: np.ndarray, weights: LSTMWeights, options: LSTMOptions):
     """What every forward engine computes with: ``(w, x_gates, w_recurrent, peepholes)``.
 
@@ -115,22 +127,21 @@ def forward_operands(x: np.ndarray, weights: LSTMWeights, options: LSTMOptions):
     """
     w = ifco_weights(weights, options)
     dtype = x.dtype
-    scale = _half_scale(w.bias.shape[-1] // 4, dtype)
     x_gates = input_projection(x, w.w_input, w.bias, 4)
-    x_gates *= scale
-    w_recurrent = w.w_recurrent * scale
-    peep = None
-    if options.use_peephole:
-        peep = tuple(p * dtype.type(0.5) for p in w.peepholes)
+    x_gates *= gate_scale(w.bias.shape[-1] // 4, dtype)
+    w_recurrent, peep = recurrent_operands(w, options, dtype)
     return w, x_gates, w_recurrent, peep
 
 
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWeights,
                  options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
-                 out: LSTMTrace | None = None) -> LSTMTrace:
+                 out: LSTMTrace | None = None, keep_trace: bool = True) -> LSTMTrace:
     """Run the recurrence over ``x[T, B, in]`` from ``h0[B, Hout]``, ``c0[B, H]``.
 
     ``out``: preallocated trace arrays to record into (shapes as in :class:`LSTMTrace`).
+    ``keep_trace=False`` (inference, no ``out``): the caller reads only ``h`` and ``c[-1]``, so
+    an engine may return ``gates``, ``co`` and ``c`` with fewer steps (the native engine does;
+    this reference engine records everything either way).
     """
     w, x_gates, w_recurrent, peep = forward_operands(x, weights, options)
     T, B = x.shape[:2]

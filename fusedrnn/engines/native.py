@@ -84,20 +84,36 @@ def _threads() -> int:
 
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LSTMWeights,
                  options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
-                 out: lstm.LSTMTrace | None = None) -> lstm.LSTMTrace:
-    """:func:`.lstm.lstm_forward` with the time loop native."""
+                 out: lstm.LSTMTrace | None = None, keep_trace: bool = True) -> lstm.LSTMTrace:
+    """:func:`.lstm.lstm_forward` with the time loop native.  The input projection ``x W + b``
+    runs inside the native call, a chunk of steps at a time (skip input: here, as x + b);
+    ``keep_trace=False`` records only ``h`` and the last two cell states (a trace whose
+    ``gates``/``co`` hold one step and whose ``c`` holds the final state only)."""
     native = settings.native_module()
-    w, x_gates, w_recurrent, peep = lstm.forward_operands(x, weights, options)
+    w = lstm.ifco_weights(weights, options)
     T, B = x.shape[:2]
     H, Hout = c0.shape[-1], h0.shape[-1]
     dtype = x.dtype
-    work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
+    w_recurrent, peep = lstm.recurrent_operands(w, options, dtype)
+    x_gates = x_in = w_in = bias = scale = None
+    if w.w_input is None:  # skip input: every gate gets x
+        x_gates = input_projection(x, None, w.bias, 4)
+        x_gates *= lstm.gate_scale(H, dtype)
+    else:
+        x_in, w_in, bias, scale = _c(x, dtype), _c(w.w_input, dtype), _c(w.bias, dtype), lstm.gate_scale(H, dtype)
+    keep_trace = keep_trace or out is not None
+    shapes = (lstm.trace_shapes(T, B, H, Hout) if keep_trace
+              else [(1, B, 4 * H), (2, B, H), (1, B, H), (T + 1, B, Hout)])
+    work, targets = _recording(out, shapes, dtype)
     gates, c_states, co, h_states = work
     c_states[0], h_states[0] = c0, h0
-    native.lstm_forward(x_gates, _c(w_recurrent, dtype), _peepholes(peep), _c(w.w_proj, dtype),
-                        _mask(valid), float(options.cell_clip), gates, c_states, co, h_states,
-                        _threads())
-    return lstm.LSTMTrace(*_copy_back(work, targets))
+    native.lstm_forward(x_gates, x_in, w_in, bias, scale, _c(w_recurrent, dtype), _peepholes(peep),
+                        _c(w.w_proj, dtype), _mask(valid), float(options.cell_clip), keep_trace,
+                        gates, c_states, co, h_states, _threads())
+    trace = lstm.LSTMTrace(*_copy_back(work, targets))
+    if not keep_trace:
+        trace = trace._replace(c=trace.c[T % 2][None])
+    return trace
 
 
 def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeights,
