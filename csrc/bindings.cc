@@ -174,8 +174,23 @@ py::array_t<T> gemm_hook(py::array_t<T, py::array::c_style | py::array::forcecas
   const T *a = A.data(), *b = B.data();
   T* c = C.mutable_data();
   py::gil_scoped_release release;
-  if constexpr (std::is_same<T, float>::value) t.gemm_f(M, K, N, a, b, c, repeats); else t.gemm_d(M, K, N, a, b, c, repeats);
+  if constexpr (std::is_same<T, float>::value) t.step_gemm_f(M, K, N, a, b, c, repeats); else t.step_gemm_d(M, K, N, a, b, c, repeats);
   return C;
+}
+
+// C = op(A) op(B) on the team; op = transpose where asked (A, B, C C-contiguous 2-D arrays of
+// one dtype; the Python side checks the shapes).
+template <class T>
+void gemm(py::object A, py::object B, py::object C, bool transpose_a, bool transpose_b,
+          bool accurate, int threads) {
+  const int64_t a0 = dim(A, 0), a1 = dim(A, 1), b0 = dim(B, 0), b1 = dim(B, 1);
+  const int64_t M = transpose_a ? a1 : a0, K = transpose_a ? a0 : a1, N = transpose_b ? b0 : b1;
+  GemmArgs<T> g{M, N, K, in<T>(A, "A"), transpose_a ? 1 : a1, transpose_a ? a1 : 1,
+                in<T>(B, "B"), transpose_b ? 1 : b1, transpose_b ? b1 : 1,
+                out<T>(C, "C"), N, accurate};
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.gemm_f(g, threads); else t.gemm_d(g, threads);
 }
 
 }  // namespace
@@ -232,6 +247,13 @@ PYBIND11_MODULE(_native, m) {
     (is_double(h) ? rnn_backward<double> : rnn_backward<float>)(h, w_rec, relu, dh_steps, valid,
                                                                 d_pre, dh, threads);
   });
+  m.def("gemm", [](py::object A, py::object B, py::object C, bool transpose_a, bool transpose_b,
+                   bool accurate, int threads) {
+    (is_double(C) ? gemm<double> : gemm<float>)(A, B, C, transpose_a, transpose_b, accurate, threads);
+  }, py::arg("A"), py::arg("B"), py::arg("C"), py::arg("transpose_a"), py::arg("transpose_b"),
+     py::arg("accurate"), py::arg("threads"),
+     "C = op(A) op(B) on the engine's team (op: transpose where asked); accurate: float32 sums "
+     "over blocks of 64 k added in float64.");
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
   m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
   m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,

@@ -13,6 +13,7 @@ template <class T> void gru_forward(const GruForwardArgs<T>& args, int threads);
 template <class T> void gru_backward(const GruBackwardArgs<T>& args, int threads);
 template <class T> void rnn_forward(const RnnForwardArgs<T>& args, int threads);
 template <class T> void rnn_backward(const RnnBackwardArgs<T>& args, int threads);
+template <class T> void gemm(const GemmArgs<T>& args, int threads);
 
 // Team size for a job whose phases split `blocks` panels each: never more threads than blocks.
 inline int team_size(int threads, int64_t blocks) {

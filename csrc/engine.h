@@ -104,6 +104,18 @@ struct RnnBackwardArgs {
   T* dh;              // [B, H] in/out
 };
 
+// C[M, N] = A[M, K] B[K, N] with A[m, k] at A[m · a_rs + k · a_cs] and B[k, n] at
+// B[k · b_rs + n · b_cs] (csrc/gemm.cc).  accurate (float only): float32 sums over blocks of 64
+// k, added in float64.  K = 0 gives zeros.
+template <class T>
+struct GemmArgs {
+  int64_t M, N, K;
+  const T* A; int64_t a_rs, a_cs;
+  const T* B; int64_t b_rs, b_cs;
+  T* C; int64_t ldc;
+  bool accurate;
+};
+
 // One instruction set's kernels.  `threads` is the team size asked for; results do not depend
 // on it (each thread owns whole output columns, no reduction is split).
 struct EngineTable {
@@ -121,14 +133,16 @@ struct EngineTable {
   void (*rnn_forward_d)(const RnnForwardArgs<double>&, int threads);
   void (*rnn_backward_f)(const RnnBackwardArgs<float>&, int threads);
   void (*rnn_backward_d)(const RnnBackwardArgs<double>&, int threads);
+  void (*gemm_f)(const GemmArgs<float>&, int threads);
+  void (*gemm_d)(const GemmArgs<double>&, int threads);
   // Test/benchmark hooks: tanh over n values; C[M, N] = A[M, K] B[K, N] through the packed
   // kernel (B packed once, the product computed `repeats` times).
   void (*tanh_f)(const float* in, float* out, int64_t n);
   void (*tanh_d)(const double* in, double* out, int64_t n);
-  void (*gemm_f)(int64_t M, int64_t K, int64_t N, const float* A, const float* Bm, float* C,
-                 int64_t repeats);
-  void (*gemm_d)(int64_t M, int64_t K, int64_t N, const double* A, const double* Bm, double* C,
-                 int64_t repeats);
+  void (*step_gemm_f)(int64_t M, int64_t K, int64_t N, const float* A, const float* Bm, float* C,
+                      int64_t repeats);
+  void (*step_gemm_d)(int64_t M, int64_t K, int64_t N, const double* A, const double* Bm,
+                      double* C, int64_t repeats);
 };
 
 // Defined in dispatch.cc: the tables compiled into this build (null where not compiled).

@@ -30,8 +30,9 @@ constexpr int64_t kPrefetchAhead = 16;
 // C + p·NR; only the last one may be narrower than NR (`last_width`).  NP > 1 gives a few rows
 // enough independent accumulators to hide the FMA latency; each element's sum is the same
 // sequence of FMAs whatever MR and NP.
+// Never inlined: inside a large caller GCC may keep the accumulators in memory.
 template <class T, int MR, int NP>
-inline void micro_kernel(int64_t k0, int64_t k1, const T* a, const T* panel,
+__attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, const T* panel,
                          int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
                          bool accumulate) {
   constexpr int W = Vec<T>::width;
@@ -159,7 +160,7 @@ template <class T>
 void gemm_panels(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, int64_t first,
                  int64_t last, T* C, int64_t ldc, T* work) {
   constexpr int nr = PackedMatrix<T>::nr;
-  const int64_t panel_stride = B.rows * nr;
+  const int64_t panel_stride = B.panel_rows() * nr;
   if (first >= last) return;
   T* a_pack = work;
   pack_rows(A, lda, int64_t(1), M, int64_t(0), B.rows, a_pack);

@@ -34,6 +34,7 @@ const EngineTable kTable = {
     &lstm_forward<float>, &lstm_forward<double>, &lstm_backward<float>, &lstm_backward<double>,
     &gru_forward<float>, &gru_forward<double>, &gru_backward<float>, &gru_backward<double>,
     &rnn_forward<float>, &rnn_forward<double>, &rnn_backward<float>, &rnn_backward<double>,
+    &gemm<float>, &gemm<double>,
     &tanh_hook<float>, &tanh_hook<double>, &gemm_hook<float>, &gemm_hook<double>,
 };
 

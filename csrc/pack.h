@@ -20,9 +20,11 @@ struct PackedMatrix {
   int64_t rows = 0;     // K
   int64_t columns = 0;  // N per group
   int64_t groups = 1;   // G
+  int64_t capacity = 0; // rows a panel has room for (0: rows); a K chunk may hold fewer
   int64_t panels() const { return (columns + nr - 1) / nr; }
-  size_t values() const { return size_t(groups * panels() * rows * nr); }
-  T* panel(int64_t g, int64_t j) const { return data + ((g * panels() + j) * rows) * nr; }
+  int64_t panel_rows() const { return capacity ? capacity : rows; }
+  size_t values() const { return size_t(groups * panels() * panel_rows() * nr); }
+  T* panel(int64_t g, int64_t j) const { return data + ((g * panels() + j) * panel_rows()) * nr; }
 };
 
 // Packs panels j in [first, last) of every group (each thread packs the panels it computes).

@@ -9,6 +9,8 @@ state is carried through unchanged and no gradient reaches the gates.
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 
 
@@ -112,28 +114,42 @@ def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return total.astype(a.dtype)
 
 
+class Linalg(NamedTuple):
+    """The all-steps products a backward pass makes after its time loop: ``gram(a, b) = aᵀ b``
+    over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
+    :func:`gram`) and ``matmul(a, b) = a @ b``.  :data:`NUMPY_LINALG` is NumPy's BLAS; the
+    native backend passes its own (the engine's team, no BLAS thread pool)."""
+
+    gram: Callable
+    matmul: Callable
+
+
 def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
-                   num_gates: int, need_dx: bool = True):
+                   num_gates: int, need_dx: bool = True, linalg: Linalg | None = None):
     """Gradients of :func:`input_projection` from ``d_pre[T, B, G*H]``.
 
     Returns ``(dx [T, B, in] or None, dw_input [in, G*H] or None, dbias [G*H])``; the sums over
-    the T*B rows are :func:`gram` and :func:`column_sum`.
+    the T*B rows are ``linalg.gram`` (default :func:`gram`) and :func:`column_sum`.
     """
+    linalg = linalg or NUMPY_LINALG
     T, B, n_in = x.shape
     flat = d_pre.reshape(T * B, d_pre.shape[-1])
     dbias = column_sum(flat)
     if w_input is None:
         dx = d_pre.reshape(T, B, num_gates, n_in).sum(axis=2) if need_dx else None
         return dx, None, dbias
-    dw_input = gram(x.reshape(T * B, n_in), flat)
-    dx = (flat @ w_input.T).reshape(T, B, n_in) if need_dx else None
+    dw_input = linalg.gram(x.reshape(T * B, n_in), flat)
+    dx = linalg.matmul(flat, w_input.T).reshape(T, B, n_in) if need_dx else None
     return dx, dw_input, dbias
 
 
-def outer_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``Σ_t a[t]ᵀ b[t]`` for ``a[T, B, m]``, ``b[T, B, n]`` → ``[m, n]`` (:func:`gram` of the
-    T*B rows)."""
-    return gram(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]))
+def outer_sum(a: np.ndarray, b: np.ndarray, linalg: Linalg | None = None) -> np.ndarray:
+    """``Σ_t a[t]ᵀ b[t]`` for ``a[T, B, m]``, ``b[T, B, n]`` → ``[m, n]`` (``linalg.gram``,
+    default :func:`gram`, of the T*B rows)."""
+    return (linalg or NUMPY_LINALG).gram(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]))
+
+
+NUMPY_LINALG = Linalg(gram=gram, matmul=np.matmul)
 
 
 def trace_arrays(out, shapes: list, dtype) -> list:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import (carry, column_sum, freeze, input_backward, input_projection, outer_sum, sigmoid,
+from .common import (Linalg, carry, column_sum, freeze, input_backward, input_projection, outer_sum, sigmoid,
                      trace_arrays)
 
 
@@ -126,11 +126,12 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
 
 
 def gradients(x: np.ndarray, h_states: np.ndarray, weights: GRUWeights, d_a: np.ndarray,
-              d_q: np.ndarray, dh0: np.ndarray, need_dx: bool) -> GRUGrads:
+              d_q: np.ndarray, dh0: np.ndarray, need_dx: bool,
+              linalg: Linalg | None = None) -> GRUGrads:
     """Everything after the time loop, from ``d_a``, ``d_q [T, B, 3H]`` (masked gradients of
     the input and recurrent pre-activations) and ``dh0``: the all-steps GEMMs and sums."""
     T, B, G = d_q.shape
-    dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx)
-    dw_recurrent = outer_sum(h_states[:T], d_q)
+    dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx, linalg)
+    dw_recurrent = outer_sum(h_states[:T], d_q, linalg)
     dbias_recurrent = column_sum(d_q.reshape(T * B, G))
     return GRUGrads(dx, dh0, dw_input, dw_recurrent, dbias_input, dbias_recurrent)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, freeze, input_backward, input_projection, outer_sum, product_sum, trace_arrays
+from .common import Linalg, carry, freeze, input_backward, input_projection, outer_sum, product_sum, trace_arrays
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
 
 def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOptions,
               d_gates: np.ndarray, dh_total: np.ndarray | None, dh0: np.ndarray, dc0: np.ndarray,
-              need_dx: bool) -> LSTMGrads:
+              need_dx: bool, linalg: Linalg | None = None) -> LSTMGrads:
     """Everything after the time loop: the all-steps GEMMs and sums over T·B rows.
 
     ``w``: weights in i, f, c, o order; ``d_gates [T, B, 4H]``: pre-activation gradients
@@ -289,11 +289,11 @@ def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOpti
     T = gates.shape[0]
     H = c_states.shape[-1]
     peep = w.peepholes if options.use_peephole else None
-    dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx)
-    dw_recurrent = outer_sum(h_states[:T], d_gates)
+    dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx, linalg)
+    dw_recurrent = outer_sum(h_states[:T], d_gates, linalg)
     dw_proj = None
     if w.w_proj is not None:
-        dw_proj = outer_sum(gates[:, :, 3 * H:] * co_all, dh_total)
+        dw_proj = outer_sum(gates[:, :, 3 * H:] * co_all, dh_total, linalg)
     dpeepholes = None
     if peep is not None:
         dpeepholes = (product_sum(d_gates[:, :, :H], c_states[:T]),

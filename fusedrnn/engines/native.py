@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import settings
 from . import gru, lstm, simple_rnn
-from .common import input_projection, trace_arrays
+from .common import Linalg, input_projection, trace_arrays
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -77,6 +77,28 @@ def _peepholes(peep) -> np.ndarray | None:
 
 def _threads() -> int:
     return settings.get_num_threads()
+
+
+def _gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``aᵀ b`` over the N rows of ``a[N, m]``, ``b[N, n]`` on the engine's team; float32 sums
+    over blocks of 64 rows added in float64 (at least as accurate as :func:`.common.gram`)."""
+    a, b = _c(a, a.dtype), _c(b, a.dtype)
+    out = np.empty((a.shape[1], b.shape[1]), dtype=a.dtype)
+    settings.native_module().gemm(a, b, out, True, False, True, _threads())
+    return out
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` on the engine's team (``b`` may be the transpose of a C-contiguous array)."""
+    a = _c(a, a.dtype)
+    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    transposed = not b.flags.c_contiguous and b.T.flags.c_contiguous and b.dtype == a.dtype
+    settings.native_module().gemm(a, b.T if transposed else _c(b, a.dtype), out, False, transposed,
+                                  False, _threads())
+    return out
+
+
+LINALG = Linalg(gram=_gram, matmul=_matmul)
 
 
 # ----------------------------------------------------------------------------------------
@@ -137,7 +159,7 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
                          _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
                          _mask(valid), d_gates, dh_total, dh, dc, _threads())
     return lstm.gradients(x, lstm.LSTMTrace(gates, c_states, co, h_states), w, options, d_gates,
-                          dh_total, dh, dc, need_dx)
+                          dh_total, dh, dc, need_dx, LINALG)
 
 
 # ----------------------------------------------------------------------------------------
@@ -173,7 +195,7 @@ def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
     dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
     native.gru_backward(gates, q_h, h_states, _c(weights.w_recurrent, dtype), _c(dh_steps, dtype),
                         _mask(valid), d_a, d_q, dh, _threads())
-    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx)
+    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, LINALG)
 
 
 # ----------------------------------------------------------------------------------------
@@ -210,4 +232,4 @@ def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.
     dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
     native.rnn_backward(h_states, _c(weights.w_recurrent, dtype), activation == "relu",
                         _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
-    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx)
+    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, LINALG)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
+from .common import Linalg, carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
 
 
 class RNNWeights(NamedTuple):
@@ -92,10 +92,10 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
 
 
 def gradients(x: np.ndarray, h_states: np.ndarray, weights: RNNWeights, d_pre: np.ndarray,
-              dh0: np.ndarray, need_dx: bool) -> RNNGrads:
+              dh0: np.ndarray, need_dx: bool, linalg: Linalg | None = None) -> RNNGrads:
     """Everything after the time loop, from ``d_pre [T, B, H]`` (masked pre-activation
     gradients) and ``dh0``: the all-steps GEMMs and sums."""
     T = d_pre.shape[0]
-    dx, dw_input, dbias = input_backward(x, d_pre, weights.w_input, 1, need_dx)
-    dw_recurrent = outer_sum(h_states[:T], d_pre)
+    dx, dw_input, dbias = input_backward(x, d_pre, weights.w_input, 1, need_dx, linalg)
+    dw_recurrent = outer_sum(h_states[:T], d_pre, linalg)
     return RNNGrads(dx, dh0, dw_input, dw_recurrent, dbias)

@@ -1,0 +1,108 @@
+// The large GEMMs of a pseudo-layer (weight gradients, input gradients) on the engine's team:
+// C[M, N] = A[M, K] · B[K, N], A and B read through strides (so Aᵀ and Bᵀ need no copy).
+//
+// Work split: thread t owns the panels [j0, j1) of C's columns (whole NR-column panels), so each
+// output element is computed by one thread in one fixed order whatever the team size.  Loops
+// (GotoBLAS order): K in chunks, the chunk of B packed once by its owner; M in blocks of
+// kBlockRows rows, packed per thread and reused by every panel from L2; each panel's chunk stays
+// in L1 while the row blocks use it.
+//
+// accurate (float): the sum over K, often T·B ≥ 3000 rows, is formed in float32 over blocks of
+// kAccurateRows consecutive k and the block sums are added in float64 (error ≤ (γ_64 + u)·Σ|a b|
+// instead of γ_K), the issue-7 accuracy at the cost of a float64 add per block and element.
+#include "cells.h"
+
+namespace fusedrnn {
+namespace FUSEDRNN_ISA {
+
+namespace {
+
+constexpr int64_t kBlockRows = 96;      // a multiple of every kMaxRows (6, 4)
+constexpr int64_t kAccurateRows = 64;
+
+template <class T>
+struct GemmJob {
+  const GemmArgs<T>& a;
+  PackedMatrix<T> chunk;        // B[k0:k1, :] packed, all panels (each thread packs its own)
+  const PerThread<T>* a_packs;  // kBlockRows × chunk rows per thread
+  double* sums;                 // accurate: [M, N] float64 partial sums, or null
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    constexpr int nr = PackedMatrix<T>::nr;
+    const int64_t M = a.M, N = a.N, K = a.K;
+    const int64_t chunk_rows = chunk.rows;
+    int64_t j0, j1;
+    split_blocks(chunk.panels(), t_id, n_threads, &j0, &j1);
+    (void)sync;
+    if (j0 >= j1) return;
+    T* a_pack = a_packs->of(t_id);
+    const int64_t n0 = j0 * nr, n1 = j1 * nr < N ? j1 * nr : N;
+    if (sums)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) sums[m * N + n] = 0.0;
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += chunk_rows) {
+      const int64_t k1 = K - k0 < chunk_rows ? K : k0 + chunk_rows, depth = k1 - k0;
+      PackedMatrix<T> b = chunk;
+      b.capacity = chunk_rows;  // fixed panel places: the other threads still read theirs
+      b.rows = depth;
+      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
+      for (int64_t m0 = 0; m0 < M; m0 += kBlockRows) {
+        const int64_t rows = M - m0 < kBlockRows ? M - m0 : kBlockRows;
+        pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
+        for (int64_t j = j0; j < j1; ++j) {
+          const int64_t width = N - j * nr < nr ? N - j * nr : nr;
+          const T* panel = b.panel(0, j);
+          for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+            const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
+            const T* block = a_pack + r0 * depth;
+            if (!sums) {
+              micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr,
+                            a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
+              continue;
+            }
+            T tile[kMaxRows * nr];
+            for (int64_t s0 = 0; s0 < depth || s0 == 0; s0 += kAccurateRows) {
+              const int64_t s1 = depth - s0 < kAccurateRows ? depth : s0 + kAccurateRows;
+              micro_rows<T>(r, 1, s0, s1, block, panel, chunk_rows * nr, tile, nr, nr, false);
+              for (int i = 0; i < r; ++i) {
+                double* out = sums + (m0 + r0 + i) * N + j * nr;
+                for (int64_t c = 0; c < width; ++c) out[c] += double(tile[i * nr + c]);
+              }
+            }
+          }
+        }
+      }
+    }
+    if (sums)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) a.C[m * a.ldc + n] = T(sums[m * N + n]);
+  }
+};
+
+}  // namespace
+
+template <class T>
+void gemm(const GemmArgs<T>& a, int threads) {
+  GemmJob<T> job{a, {}, nullptr, nullptr};
+  job.chunk.rows = a.K < kKChunk ? (a.K > 0 ? a.K : 1) : kKChunk;
+  if (a.accurate && sizeof(T) == sizeof(float)) {
+    // whole accurate blocks per chunk, so the block boundaries are at multiples of kAccurateRows
+    job.chunk.rows = (job.chunk.rows + kAccurateRows - 1) / kAccurateRows * kAccurateRows;
+  }
+  job.chunk.columns = a.N;
+  Buffer<T> chunk(job.chunk.values());
+  job.chunk.data = chunk.data;
+  const bool accurate = a.accurate && sizeof(T) == sizeof(float) && a.K > kAccurateRows;
+  Buffer<double> sums(accurate ? size_t(a.M * a.N) : 0);
+  job.sums = accurate ? sums.data : nullptr;
+  const int team = team_size(threads, job.chunk.panels());
+  PerThread<T> a_packs(team, size_t(kBlockRows * job.chunk.rows));
+  job.a_packs = &a_packs;
+  run_job(job, team);
+}
+
+template void gemm<float>(const GemmArgs<float>&, int);
+template void gemm<double>(const GemmArgs<double>&, int);
+
+}  // namespace FUSEDRNN_ISA
+}  // namespace fusedrnn
