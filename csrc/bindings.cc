@@ -63,6 +63,18 @@ const uint8_t* mask(const py::object& o) {
   return static_cast<const uint8_t*>(a.data());
 }
 
+// A 2-D array of the compute dtype with any element strides (a transposed view is fine).
+template <class T>
+StridedMatrix<T> strided(const py::object& o, const char* name) {
+  if (!py::isinstance<py::array_t<T>>(o))
+    throw py::type_error(std::string(name) + " must be a numpy array of the compute dtype");
+  auto a = py::reinterpret_borrow<py::array>(o);
+  if (a.ndim() != 2 || a.strides(0) % ssize_t(sizeof(T)) || a.strides(1) % ssize_t(sizeof(T)))
+    throw py::value_error(std::string(name) + " must be a 2-D array with whole-element strides");
+  return {static_cast<const T*>(a.data()), int64_t(a.strides(0) / ssize_t(sizeof(T))),
+          int64_t(a.strides(1) / ssize_t(sizeof(T)))};
+}
+
 bool is_double(const py::object& o) {
   // dtype equivalence, not identity: an unpickled array's dtype is a distinct but equal object
   if (py::isinstance<py::array_t<double>>(o)) return true;
@@ -77,13 +89,22 @@ void lstm_forward(py::object x_gates, py::object x, py::object w_in, py::object 
                   py::object gate_scale, py::object w_rec, py::object peep, py::object w_proj,
                   py::object valid, double cell_clip, bool keep_trace, py::object gates,
                   py::object c, py::object co, py::object h, int threads) {
-  LstmForwardArgs<T> a{dim(h, 0) - 1, dim(h, 1), dim(c, 2), dim(h, 2),
-                       in<T>(x_gates, "x_gates"), in<T>(x, "x"), in<T>(w_in, "w_in"),
-                       in<T>(bias, "bias"), in<T>(gate_scale, "gate_scale"),
-                       x.is_none() ? 0 : dim(x, 2),
-                       in<T>(w_rec, "w_rec"), in<T>(peep, "peep"),
-                       in<T>(w_proj, "w_proj"), mask(valid), T(cell_clip), keep_trace,
-                       out<T>(gates, "gates"), out<T>(c, "c"), out<T>(co, "co"), out<T>(h, "h")};
+  LstmForwardArgs<T> a{};
+  a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(c, 2); a.out_units = dim(h, 2);
+  a.x_gates = in<T>(x_gates, "x_gates");
+  a.x = in<T>(x, "x");
+  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  a.bias = in<T>(bias, "bias");
+  a.gate_scale = in<T>(gate_scale, "gate_scale");
+  a.inputs = x.is_none() ? 0 : dim(x, 2);
+  a.w_rec = strided<T>(w_rec, "w_rec");
+  a.peep = in<T>(peep, "peep");
+  a.w_proj = in<T>(w_proj, "w_proj");
+  a.valid = mask(valid);
+  a.cell_clip = T(cell_clip);
+  a.keep_trace = keep_trace;
+  a.gates = out<T>(gates, "gates"); a.c = out<T>(c, "c"); a.co = out<T>(co, "co");
+  a.h = out<T>(h, "h");
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.lstm_forward_f(a, threads); else t.lstm_forward_d(a, threads);
@@ -96,7 +117,7 @@ void lstm_backward(py::object gates, py::object c, py::object co, py::object h, 
                    py::object dc, int threads) {
   LstmBackwardArgs<T> a{dim(gates, 0), dim(gates, 1), dim(c, 2), dim(h, 2),
                         in<T>(gates, "gates"), in<T>(c, "c"), in<T>(co, "co"), in<T>(h, "h"),
-                        in<T>(w_rec, "w_rec"), in<T>(peep, "peep"), in<T>(w_proj, "w_proj"),
+                        strided<T>(w_rec, "w_rec"), in<T>(peep, "peep"), in<T>(w_proj, "w_proj"),
                         in<T>(dh_steps, "dh_steps"), in<T>(dc_steps, "dc_steps"), mask(valid),
                         out<T>(d_gates, "d_gates"), out<T>(dh_total, "dh_total"), out<T>(dh, "dh"),
                         out<T>(dc, "dc")};

@@ -12,6 +12,14 @@
 
 namespace fusedrnn {
 
+// A matrix read through element strides: (r, c) at data[r · rs + c · cs] (a weight matrix may be
+// a transposed view into the caller's parameter buffer; it is packed once per call anyway).
+template <class T>
+struct StridedMatrix {
+  const T* data = nullptr;
+  int64_t rs = 0, cs = 1;
+};
+
 // LSTM forward over one pseudo-layer (fusedrnn/engines/lstm.py has the math).  x_gates and
 // w_rec come with the sigmoid gates' columns (i, f, o) already halved, peep (wci, wcf, wco:
 // [3, H]) too, so that one tanh gives every gate: σ(z) = (1 + tanh(z/2)) / 2.
@@ -26,11 +34,12 @@ struct LstmForwardArgs {
   int64_t steps, batch, units, out_units;  // T, B, H, P
   const T* x_gates;   // [T, B, 4H]  x W + b, halved columns; or null, then:
   const T* x;         // [T, B, I]
-  const T* w_in;      // [I, 4H]     (not halved)
+  StridedMatrix<T> w_in;  // [I, 4H]
   const T* bias;      // [4H]
-  const T* gate_scale;  // [4H]      0.5 for the sigmoid gates' columns, 1 for c'
+  const T* gate_scale;  // [4H]      0.5 for the sigmoid gates' columns, 1 for c': R is halved
+                        //           while packed, x W + b here
   int64_t inputs;     // I
-  const T* w_rec;     // [P, 4H]     halved columns
+  StridedMatrix<T> w_rec;  // [P, 4H] (not halved)
   const T* peep;      // [3, H] halved, or null
   const T* w_proj;    // [H, P] or null (then P == H)
   const uint8_t* valid;
@@ -46,7 +55,7 @@ template <class T>
 struct LstmBackwardArgs {
   int64_t steps, batch, units, out_units;
   const T* gates; const T* c; const T* co; const T* h;   // the forward's trace
-  const T* w_rec;     // [P, 4H] (not halved)
+  StridedMatrix<T> w_rec;  // [P, 4H] (not halved)
   const T* peep;      // [3, H] (not halved) or null
   const T* w_proj;    // [H, P] or null
   const T* dh_steps;  // [T, B, P] or null

@@ -89,12 +89,12 @@ struct LstmForwardJob {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
     int64_t j0, j1, q0 = 0, q1 = 0;
     split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec, G, 1, rec, j0, j1);
+    pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1, a.gate_scale);
     if (a.w_proj) {
       split_blocks(proj.panels(), t_id, n_threads, &q0, &q1);
       pack_panels(a.w_proj, P, 1, proj, q0, q1);
     }
-    if (!a.x_gates) pack_panels(a.w_in, G, 1, input.w, j0, j1);
+    if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
     const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
     const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
     const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
@@ -152,7 +152,7 @@ struct LstmBackwardJob {
     const PackedMatrix<T>& unit_matrix = a.w_proj ? proj_t : rec_t;
     split_blocks(unit_matrix.panels(), t_id, n_threads, &j0, &j1);
     split_blocks(rec_t.panels(), t_id, n_threads, &q0, &q1);
-    pack_panels(a.w_rec, 1, G, rec_t, q0, q1);
+    pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, q0, q1);
     if (a.w_proj) pack_panels(a.w_proj, 1, P, proj_t, j0, j1);
     const int64_t u0 = j0 * unit_matrix.nr, u1 = j1 * unit_matrix.nr < H ? j1 * unit_matrix.nr : H;
     const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;

@@ -27,10 +27,11 @@ struct PackedMatrix {
   T* panel(int64_t g, int64_t j) const { return data + ((g * panels() + j) * panel_rows()) * nr; }
 };
 
-// Packs panels j in [first, last) of every group (each thread packs the panels it computes).
+// Packs panels j in [first, last) of every group (each thread packs the panels it computes);
+// `column_scale` (length G·N, or null) multiplies column n's values as they are packed.
 template <class T>
 void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const PackedMatrix<T>& m,
-                 int64_t first, int64_t last) {
+                 int64_t first, int64_t last, const T* column_scale = nullptr) {
   constexpr int nr = PackedMatrix<T>::nr;
   for (int64_t g = 0; g < m.groups; ++g) {
     for (int64_t j = first; j < last; ++j) {
@@ -39,7 +40,13 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
       const int64_t width = m.columns - n0 < nr ? m.columns - n0 : nr;
       for (int64_t k = 0; k < m.rows; ++k) {
         const T* row = src + k * row_stride + (g * m.columns + n0) * col_stride;
-        for (int64_t c = 0; c < nr; ++c) dst[k * nr + c] = c < width ? row[c * col_stride] : T(0);
+        if (column_scale) {
+          const T* scale = column_scale + g * m.columns + n0;
+          for (int64_t c = 0; c < nr; ++c)
+            dst[k * nr + c] = c < width ? row[c * col_stride] * scale[c] : T(0);
+        } else {
+          for (int64_t c = 0; c < nr; ++c) dst[k * nr + c] = c < width ? row[c * col_stride] : T(0);
+        }
       }
     }
   }

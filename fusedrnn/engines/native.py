@@ -51,6 +51,16 @@ def _c(a: np.ndarray | None, dtype) -> np.ndarray | None:
     return None if a is None else np.ascontiguousarray(a, dtype=dtype)
 
 
+def _strided(a: np.ndarray | None, dtype) -> np.ndarray | None:
+    """A 2-D weight matrix as it is (any strides: the kernels pack it once per call), copied only
+    when its dtype or strides need it."""
+    if a is None:
+        return None
+    if a.dtype == dtype and a.ndim == 2 and all(s > 0 and s % a.itemsize == 0 for s in a.strides):
+        return a
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 def _mask(valid: np.ndarray | None) -> np.ndarray | None:
     return None if valid is None else np.ascontiguousarray(valid, dtype=np.bool_)
 
@@ -116,20 +126,21 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     T, B = x.shape[:2]
     H, Hout = c0.shape[-1], h0.shape[-1]
     dtype = x.dtype
-    w_recurrent, peep = lstm.recurrent_operands(w, options, dtype)
-    x_gates = x_in = w_in = bias = scale = None
+    peep = tuple(p * dtype.type(0.5) for p in w.peepholes) if options.use_peephole else None
+    scale = lstm.gate_scale(H, dtype)  # R is halved as it is packed
+    x_gates = x_in = w_in = bias = None
     if w.w_input is None:  # skip input: every gate gets x
         x_gates = input_projection(x, None, w.bias, 4)
-        x_gates *= lstm.gate_scale(H, dtype)
+        x_gates *= scale
     else:
-        x_in, w_in, bias, scale = _c(x, dtype), _c(w.w_input, dtype), _c(w.bias, dtype), lstm.gate_scale(H, dtype)
+        x_in, w_in, bias = _c(x, dtype), _strided(w.w_input, dtype), _c(w.bias, dtype)
     keep_trace = keep_trace or out is not None
     shapes = (lstm.trace_shapes(T, B, H, Hout) if keep_trace
               else [(1, B, 4 * H), (2, B, H), (1, B, H), (T + 1, B, Hout)])
     work, targets = _recording(out, shapes, dtype)
     gates, c_states, co, h_states = work
     c_states[0], h_states[0] = c0, h0
-    native.lstm_forward(x_gates, x_in, w_in, bias, scale, _c(w_recurrent, dtype), _peepholes(peep),
+    native.lstm_forward(x_gates, x_in, w_in, bias, scale, _strided(w.w_recurrent, dtype), _peepholes(peep),
                         _c(w.w_proj, dtype), _mask(valid), float(options.cell_clip), keep_trace,
                         gates, c_states, co, h_states, _threads())
     trace = lstm.LSTMTrace(*_copy_back(work, targets))
@@ -155,7 +166,7 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
     dh = np.zeros((B, Hout), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
     dc = np.zeros((B, H), dtype=dtype) if dc_last is None else np.array(dc_last, dtype=dtype, order="C")
     peep = w.peepholes if options.use_peephole else None
-    native.lstm_backward(gates, c_states, co, h_states, _c(w.w_recurrent, dtype), _peepholes(peep),
+    native.lstm_backward(gates, c_states, co, h_states, _strided(w.w_recurrent, dtype), _peepholes(peep),
                          _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
                          _mask(valid), d_gates, dh_total, dh, dc, _threads())
     return lstm.gradients(x, lstm.LSTMTrace(gates, c_states, co, h_states), w, options, d_gates,
