@@ -331,7 +331,7 @@ def _ensure_fits(op: str, dtype: np.dtype, T: int, L: int, B: int, I: int, n: in
     outputs = [(T, B, I), (I + n, 4 * n)] if grad else [(T, B, n)] * 7
     work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 4  # 2: GEMM block products
     nbytes = resources.nbytes_of(outputs, dtype.itemsize) + resources.nbytes_of(work, cd.itemsize)
-    nbytes += workspace_nbytes("lstm", B, n, n, cd.itemsize)  # the native engine's packed weights
+    nbytes += workspace_nbytes("lstm", B, n, n, cd.itemsize, inputs=I)  # the native engine's workspace
     resources.ensure_fits(nbytes, op, f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
                           f"cell size {n}")
 

@@ -123,7 +123,8 @@ def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, trai
     total += resources.nbytes_of([(T, B, width), (config.params_size,)], dtype.itemsize)
     if training or backward:
         total += reserve.reserve_nbytes(config, T, B, config.num_layers > 1, compute)
-    return total + native_engine.workspace_nbytes(config.rnn_mode, B, H, Hout, compute.itemsize)
+    return total + native_engine.workspace_nbytes(config.rnn_mode, B, H, Hout, compute.itemsize,
+                                                  inputs=max(config.input_size, D * Hout))
 
 
 def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bool, op: str) -> None:

@@ -1,22 +1,23 @@
 """The native backend: the NumPy engines' functions, with the time loops in compiled code.
 
 Same signatures and results as :mod:`.lstm`, :mod:`.gru`, :mod:`.simple_rnn` (the reference;
-results agree to round-off: the recurrent GEMM sums in another order and tanh differs in its
-last bits, see ``docs/native_engine.md``).  Split of the work per pseudo-layer:
+results agree to round-off: the GEMMs sum in another order and tanh differs in its last bits,
+see ``docs/native_engine.md``).  Split of the work per pseudo-layer:
 
-* Python (here, reusing the NumPy engines' own helpers): the all-steps input GEMM
-  ``x W + b`` (:func:`.common.input_projection`) before the loop, and after it the
-  weight-gradient GEMMs and bias sums over T·B rows (``gradients`` of each engine);
-* ``fusedrnn._native``: the whole time loop in one call with the GIL released: per step the
-  recurrent GEMM ``h_{t-1} R`` (R packed once per call) and the gate math fused after it,
-  recording the same trace (:class:`.lstm.LSTMTrace`, ...) into the arrays passed in
-  (e.g. views into ``reserve_space``), so a native forward feeds a NumPy backward and back.
+* ``fusedrnn._native``, one call with the GIL released for the whole time loop: per step the
+  recurrent GEMM ``h_{t-1} R`` (R packed once per call, read through strides straight from the
+  caller's parameter views) and the gate math fused after it, recording the same trace
+  (:class:`.lstm.LSTMTrace`, ...) into the arrays passed in (e.g. views into
+  ``reserve_space``), so a native forward feeds a NumPy backward and back.  The LSTM computes
+  its input projection ``x W + b`` inside that call too, a chunk of about 128 rows at a time,
+  each thread for its own gate columns; GRU and RNN get it from :func:`.common.input_projection`;
+* after the backward loop, the all-steps GEMMs (weight gradients ``xᵀ dG``, ``hᵀ dG`` and
+  ``dx = dG Wᵀ``) run on the engine's team too (:data:`LINALG`, ``_native.gemm``): float32
+  sums over blocks of 64 rows added in float64, no BLAS thread pool; the bias and peephole
+  sums stay the engines' own (:mod:`.common`).
 
-Native workspace per call (besides the trace and gradients the caller sees): the packed
-recurrent matrix, ``G·ceil(N/NR)·K·NR`` values (≈ the size of R: K = Hout, N = H, G gates;
-NR = 32 float32 / 16 float64 values with AVX-512, 16 / 8 with AVX2, 8 / 4 portable), the
-packed projection ``W_P`` (LSTM with projection) and ``[B, G·H]`` / ``[B, Hout]`` step
-buffers — :func:`workspace_nbytes`, which the ``MemoryError`` estimates include.
+Native workspace per call (besides the trace and gradients the caller sees):
+:func:`workspace_nbytes`, which the ``MemoryError`` estimates include.
 """
 
 from __future__ import annotations
@@ -29,21 +30,34 @@ from .common import Linalg, input_projection, trace_arrays
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
-def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int) -> int:
+def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
+                     inputs: int | None = None, threads: int | None = None) -> int:
     """Upper bound of the native kernels' own workspace in one pseudo-layer call, forward or
-    backward (the peak; freed when the call returns): the packed recurrent matrix and, for an
-    LSTM with projection, the packed ``W_P``, both with the widest panels (NR = 32 float32 /
-    16 float64 values, zero-padded to a multiple of NR columns), plus the step buffers
-    (``[B, G·H]`` and ``[B, Hout]``).  Everything else a call uses is a NumPy array the
-    callers' estimates already count (the trace, ``x W + b``, the gate gradients)."""
+    backward (the peak; freed when the call returns).  Time loop: the packed recurrent matrix
+    and, for an LSTM with projection, the packed ``W_P``, both with the widest panels (NR = 32
+    float32 / 16 float64 values, zero-padded to a multiple of NR columns), the step buffers
+    (``[B, G·H]`` and ``[B, Hout]``) and each thread's packed GEMM operand (``B·4H``).  With
+    ``inputs`` (= I): the LSTM forward's in-loop input projection (packed ``W``, a chunk of
+    ``max(128, B)`` rows of ``x W`` and each thread's packed chunk of ``x``) and the backward's
+    weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and a packed 256-row chunk);
+    the largest of the phases counts.  Everything else a call uses is a NumPy array the callers'
+    estimates already count (the trace, the gate gradients)."""
     G = {"lstm": 4, "gru": 3}.get(mode, 1)
     nr = 2 * 64 // itemsize
+    threads = threads or settings.get_num_threads()
     padded = lambda n: -(-n // nr) * nr  # noqa: E731
     packed = G * max(padded(H) * Hout, H * padded(Hout))
     if Hout != H:
         packed += max(padded(Hout) * H, Hout * padded(H))
-    step = B * (G * H + 2 * Hout + H)
-    return (packed + step) * itemsize
+    step = B * (G * H + 2 * Hout + H) + threads * B * (G * H + Hout + nr * 4)
+    loop = (packed + step) * itemsize
+    if inputs is None:
+        return loop
+    rows = max(128, B)
+    projection = (G * padded(H) * inputs + rows * G * H + threads * rows * inputs) * itemsize
+    gemm = max(inputs, Hout) * padded(G * H) * 8 + 256 * padded(max(G * H, inputs)) * itemsize \
+        + threads * 96 * 256 * itemsize
+    return loop + max(projection, gemm)
 
 
 def _c(a: np.ndarray | None, dtype) -> np.ndarray | None:
