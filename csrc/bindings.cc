@@ -127,11 +127,20 @@ void lstm_backward(py::object gates, py::object c, py::object co, py::object h, 
 }
 
 template <class T>
-void gru_forward(py::object x_gates, py::object w_rec, py::object b_rec, py::object valid,
-                 py::object gates, py::object q_h, py::object h, int threads) {
-  GruForwardArgs<T> a{dim(x_gates, 0), dim(x_gates, 1), dim(h, 2), in<T>(x_gates, "x_gates"),
-                      in<T>(w_rec, "w_rec"), in<T>(b_rec, "b_rec"), mask(valid),
-                      out<T>(gates, "gates"), out<T>(q_h, "q_h"), out<T>(h, "h")};
+void gru_forward(py::object x_gates, py::object x, py::object w_in, py::object b_in,
+                 py::object w_rec, py::object b_rec, py::object valid, py::object gates,
+                 py::object q_h, py::object h, int threads) {
+  GruForwardArgs<T> a{};
+  a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(h, 2);
+  a.x_gates = in<T>(x_gates, "x_gates");
+  a.x = in<T>(x, "x");
+  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  a.bias_in = in<T>(b_in, "b_in");
+  a.inputs = x.is_none() ? 0 : dim(x, 2);
+  a.w_rec = strided<T>(w_rec, "w_rec");
+  a.b_rec = in<T>(b_rec, "b_rec");
+  a.valid = mask(valid);
+  a.gates = out<T>(gates, "gates"); a.q_h = out<T>(q_h, "q_h"); a.h = out<T>(h, "h");
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.gru_forward_f(a, threads); else t.gru_forward_d(a, threads);
@@ -142,7 +151,7 @@ void gru_backward(py::object gates, py::object q_h, py::object h, py::object w_r
                   py::object dh_steps, py::object valid, py::object d_a, py::object d_q,
                   py::object dh, int threads) {
   GruBackwardArgs<T> a{dim(gates, 0), dim(gates, 1), dim(h, 2), in<T>(gates, "gates"),
-                       in<T>(q_h, "q_h"), in<T>(h, "h"), in<T>(w_rec, "w_rec"),
+                       in<T>(q_h, "q_h"), in<T>(h, "h"), strided<T>(w_rec, "w_rec"),
                        in<T>(dh_steps, "dh_steps"), mask(valid), out<T>(d_a, "d_a"),
                        out<T>(d_q, "d_q"), out<T>(dh, "dh")};
   const EngineTable& t = table();
@@ -151,10 +160,19 @@ void gru_backward(py::object gates, py::object q_h, py::object h, py::object w_r
 }
 
 template <class T>
-void rnn_forward(py::object x_gates, py::object w_rec, bool relu, py::object valid, py::object h,
-                 int threads) {
-  RnnForwardArgs<T> a{dim(x_gates, 0), dim(x_gates, 1), dim(h, 2), in<T>(x_gates, "x_gates"),
-                      in<T>(w_rec, "w_rec"), relu, mask(valid), out<T>(h, "h")};
+void rnn_forward(py::object x_gates, py::object x, py::object w_in, py::object bias,
+                 py::object w_rec, bool relu, py::object valid, py::object h, int threads) {
+  RnnForwardArgs<T> a{};
+  a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(h, 2);
+  a.x_gates = in<T>(x_gates, "x_gates");
+  a.x = in<T>(x, "x");
+  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  a.bias = in<T>(bias, "bias");
+  a.inputs = x.is_none() ? 0 : dim(x, 2);
+  a.w_rec = strided<T>(w_rec, "w_rec");
+  a.relu = relu;
+  a.valid = mask(valid);
+  a.h = out<T>(h, "h");
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.rnn_forward_f(a, threads); else t.rnn_forward_d(a, threads);
@@ -163,9 +181,9 @@ void rnn_forward(py::object x_gates, py::object w_rec, bool relu, py::object val
 template <class T>
 void rnn_backward(py::object h, py::object w_rec, bool relu, py::object dh_steps, py::object valid,
                   py::object d_pre, py::object dh, int threads) {
-  RnnBackwardArgs<T> a{dim(h, 0) - 1, dim(h, 1), dim(h, 2), in<T>(h, "h"), in<T>(w_rec, "w_rec"),
-                       relu, in<T>(dh_steps, "dh_steps"), mask(valid), out<T>(d_pre, "d_pre"),
-                       out<T>(dh, "dh")};
+  RnnBackwardArgs<T> a{dim(h, 0) - 1, dim(h, 1), dim(h, 2), in<T>(h, "h"),
+                       strided<T>(w_rec, "w_rec"), relu, in<T>(dh_steps, "dh_steps"), mask(valid),
+                       out<T>(d_pre, "d_pre"), out<T>(dh, "dh")};
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.rnn_backward_f(a, threads); else t.rnn_backward_d(a, threads);
@@ -247,10 +265,11 @@ PYBIND11_MODULE(_native, m) {
         gates, c, co, h, w_rec, peep, w_proj, dh_steps, dc_steps, valid, d_gates, dh_total, dh,
         dc, threads);
   });
-  m.def("gru_forward", [](py::object x_gates, py::object w_rec, py::object b_rec, py::object valid,
-                          py::object gates, py::object q_h, py::object h, int threads) {
-    (is_double(x_gates) ? gru_forward<double> : gru_forward<float>)(
-        x_gates, w_rec, b_rec, valid, gates, q_h, h, threads);
+  m.def("gru_forward", [](py::object x_gates, py::object x, py::object w_in, py::object b_in,
+                          py::object w_rec, py::object b_rec, py::object valid, py::object gates,
+                          py::object q_h, py::object h, int threads) {
+    (is_double(h) ? gru_forward<double> : gru_forward<float>)(
+        x_gates, x, w_in, b_in, w_rec, b_rec, valid, gates, q_h, h, threads);
   });
   m.def("gru_backward", [](py::object gates, py::object q_h, py::object h, py::object w_rec,
                            py::object dh_steps, py::object valid, py::object d_a, py::object d_q,
@@ -258,10 +277,11 @@ PYBIND11_MODULE(_native, m) {
     (is_double(gates) ? gru_backward<double> : gru_backward<float>)(
         gates, q_h, h, w_rec, dh_steps, valid, d_a, d_q, dh, threads);
   });
-  m.def("rnn_forward", [](py::object x_gates, py::object w_rec, bool relu, py::object valid,
-                          py::object h, int threads) {
-    (is_double(x_gates) ? rnn_forward<double> : rnn_forward<float>)(x_gates, w_rec, relu, valid, h,
-                                                                     threads);
+  m.def("rnn_forward", [](py::object x_gates, py::object x, py::object w_in, py::object bias,
+                          py::object w_rec, bool relu, py::object valid, py::object h,
+                          int threads) {
+    (is_double(h) ? rnn_forward<double> : rnn_forward<float>)(x_gates, x, w_in, bias, w_rec, relu,
+                                                              valid, h, threads);
   });
   m.def("rnn_backward", [](py::object h, py::object w_rec, bool relu, py::object dh_steps,
                            py::object valid, py::object d_pre, py::object dh, int threads) {

@@ -70,8 +70,12 @@ struct LstmBackwardArgs {
 template <class T>
 struct GruForwardArgs {
   int64_t steps, batch, units;
-  const T* x_gates;   // [T, B, 3H] x W + bW
-  const T* w_rec;     // [H, 3H]
+  const T* x_gates;   // [T, B, 3H] x W + bW; or null, then computed in the loop (as the LSTM's):
+  const T* x;         // [T, B, I]
+  StridedMatrix<T> w_in;  // [I, 3H]
+  const T* bias_in;   // [3H] bW
+  int64_t inputs;     // I
+  StridedMatrix<T> w_rec;  // [H, 3H]
   const T* b_rec;     // [3H]
   const uint8_t* valid;
   T* gates;           // [T, B, 3H] out: r, u, h'
@@ -83,7 +87,7 @@ template <class T>
 struct GruBackwardArgs {
   int64_t steps, batch, units;
   const T* gates; const T* q_h; const T* h;
-  const T* w_rec;     // [H, 3H]
+  StridedMatrix<T> w_rec;  // [H, 3H]
   const T* dh_steps;  // [T, B, H] or null
   const uint8_t* valid;
   T* d_a;             // [T, B, 3H] out: gradient of the input pre-activations
@@ -94,8 +98,12 @@ struct GruBackwardArgs {
 template <class T>
 struct RnnForwardArgs {
   int64_t steps, batch, units;
-  const T* x_gates;   // [T, B, H] x W + b
-  const T* w_rec;     // [H, H]
+  const T* x_gates;   // [T, B, H] x W + b; or null, then computed in the loop (as the LSTM's):
+  const T* x;         // [T, B, I]
+  StridedMatrix<T> w_in;  // [I, H]
+  const T* bias;      // [H]
+  int64_t inputs;     // I
+  StridedMatrix<T> w_rec;  // [H, H]
   bool relu;          // else tanh
   const uint8_t* valid;
   T* h;               // [T+1, B, H]
@@ -105,7 +113,7 @@ template <class T>
 struct RnnBackwardArgs {
   int64_t steps, batch, units;
   const T* h;
-  const T* w_rec;
+  StridedMatrix<T> w_rec;
   bool relu;
   const T* dh_steps;
   const uint8_t* valid;

@@ -218,28 +218,71 @@ struct PerThread {
 // GEMM to run at full speed, few enough that the chunk stays in L2.
 constexpr int64_t kProjectionRows = 128;
 
-// The input projection x_t W of a chunk of steps, computed inside a time loop by each thread for
+// The input projection x_t W + b of a chunk of steps, computed inside a time loop by each thread for
 // its own panels (no barrier: x and W are read-only, each thread writes its own columns).
 template <class T>
 struct ChunkedProjection {
   const T* x = nullptr;  // [T, B, I]
   int64_t inputs = 0, batch = 0, chunk_steps = 1;
   PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns
+  const T* bias = nullptr;   // [G·H]: buffer = x W + bias (NumPy's `out += bias`)
+  const T* scale = nullptr;  // [G·H] or null: then (x W + bias) · scale
   T* buffer = nullptr;   // [chunk_steps, B, G·H]
 
   static int64_t steps_per_chunk(int64_t steps, int64_t batch) {
     const int64_t n = batch > 0 ? (kProjectionRows + batch - 1) / batch : 1;
     return n < steps ? n : (steps > 0 ? steps : 1);
   }
-  // x_t W for step t (own columns), computing the chunk that starts at t when t is its first.
+  // x_t W + b for step t (own columns), computing the chunk that starts at t when t is its first.
   const T* step(int64_t t, int64_t steps, int64_t first, int64_t last, T* work) const {
     const int64_t in_chunk = t % chunk_steps;
     if (in_chunk == 0) {
       const int64_t n = steps - t < chunk_steps ? steps - t : chunk_steps;
-      gemm_panels(n * batch, x + t * batch * inputs, inputs, w, first, last, buffer,
-                  w.groups * w.columns, work);
+      const int64_t width = w.groups * w.columns, rows = n * batch;
+      gemm_panels(rows, x + t * batch * inputs, inputs, w, first, last, buffer, width, work);
+      const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < w.groups; ++g) {
+          T* row = buffer + r * width + g * w.columns;
+          const T* b = bias + g * w.columns;
+          for (int64_t u = u0; u < u1; ++u) row[u] += b[u];
+          if (scale)
+            for (int64_t u = u0; u < u1; ++u) row[u] *= scale[g * w.columns + u];
+        }
     }
     return buffer + in_chunk * batch * w.groups * w.columns;
+  }
+
+};
+
+// The buffers of a job's ChunkedProjection (the packed W, the chunk of x W + b), set up from the
+// job's recurrent matrix (same panels, so each thread projects its own units' columns); no
+// buffers when x is null (the caller gave the projection).  `work`: the per-thread GEMM
+// workspace values the projection needs.
+template <class T>
+struct ProjectionBuffers {
+  Buffer<T> packed_w, chunk;
+  size_t work = 0;
+
+  ProjectionBuffers(ChunkedProjection<T>& p, const PackedMatrix<T>& rec, const T* x,
+                    int64_t inputs, int64_t steps, int64_t batch, const T* bias, const T* scale)
+      : packed_w(x ? with_rows(rec, inputs).values() : 0),
+        chunk(x ? size_t(ChunkedProjection<T>::steps_per_chunk(steps, batch) * batch * rec.groups *
+                         rec.columns)
+                : 0) {
+    p.w = with_rows(rec, x ? inputs : 0);
+    p.w.data = packed_w.data;
+    p.x = x; p.inputs = inputs; p.batch = batch; p.bias = bias; p.scale = scale;
+    p.chunk_steps = ChunkedProjection<T>::steps_per_chunk(steps, batch);
+    p.buffer = chunk.data;
+    if (x) work = gemm_workspace_values<T>(p.chunk_steps * batch, inputs);
+  }
+
+ private:
+  static PackedMatrix<T> with_rows(PackedMatrix<T> m, int64_t rows) {
+    m.rows = rows;
+    m.capacity = 0;
+    return m;
   }
 };
 

@@ -15,12 +15,14 @@ struct GruForwardJob {
   PackedMatrix<T> rec;  // R: K = H, groups r, u, h' of H columns
   T* q;                 // [B, 3H] h_{t-1} R + bR
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
+  ChunkedProjection<T> input;   // x W + bW (when x_gates is not given)
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
     int64_t j0, j1;
     split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec, G, 1, rec, j0, j1);
+    pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1);
+    if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
     const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
     const T half = T(0.5);
     for (int64_t t = 0; t < T_; ++t) {
@@ -28,10 +30,11 @@ struct GruForwardJob {
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       if (n > 0) {
+        const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.step(t, T_, j0, j1, a_packs->of(t_id));
         gemm_panels(B, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           T* qb = q + b * G;
-          const T* xg = a.x_gates + (t * B + b) * G;
+          const T* xg = xg_t + b * G;
           T* g = a.gates + (t * B + b) * G;
           T* qh = a.q_h + (t * B + b) * H;
           const T* hp = h_prev_t + b * H;
@@ -77,7 +80,7 @@ struct GruBackwardJob {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
     int64_t j0, j1;
     split_blocks(rec_t.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec, 1, G, rec_t, j0, j1);
+    pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
     const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
@@ -128,13 +131,16 @@ struct GruBackwardJob {
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  GruForwardJob<T> job{a, {}, nullptr, nullptr};
+  GruForwardJob<T> job{a, {}, nullptr, nullptr, {}};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
   Buffer<T> rec(job.rec.values()), q(size_t(a.batch * 3 * a.units));
   job.rec.data = rec.data;
   job.q = q.data;
+  ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
+                                  a.steps, a.batch, a.bias_in, nullptr);
   const int team = team_size(threads, job.rec.panels());
-  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
+  const size_t step_work = gemm_workspace_values<T>(a.batch, a.units);
+  PerThread<T> a_packs(team, step_work > projection.work ? step_work : projection.work);
   job.a_packs = &a_packs;
   run_job(job, team);
 }

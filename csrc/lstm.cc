@@ -26,7 +26,6 @@ struct LstmForwardJob {
   // One batch row's gate math for units [u0, u1), a vector of units at a time, every lane the
   // same IEEE operations in the NumPy engine's order: g (the recurrent GEMM's output) becomes
   // the activations i, f, c', o; c_next, co = tanh(c_next) and out = o ⊙ co are written.
-  // Without a given x_gates, xg is x_t W and the bias and gate scale are applied here.
   void gate_math(T* g, const T* xg, const T* cp, T* cn, T* co, T* out, int64_t u0,
                  int64_t u1) const {
     constexpr int W = Vec<T>::width;
@@ -37,16 +36,10 @@ struct LstmForwardJob {
     const V<T> hi = splat<T>(clip), lo = splat<T>(-clip);
     for (int64_t u = u0; u < u1; u += W) {
       const int64_t n = u1 - u < W ? u1 - u : W;
-      V<T> x_part[4];
-      for (int k = 0; k < 4; ++k) {
-        x_part[k] = load_n(xg + k * H + u, n);
-        if (!a.x_gates)
-          x_part[k] = (x_part[k] + load_n(a.bias + k * H + u, n)) * load_n(a.gate_scale + k * H + u, n);
-      }
-      V<T> gi = load_n(g + u, n) + x_part[0];
-      V<T> gf = load_n(g + H + u, n) + x_part[1];
-      V<T> gc = load_n(g + 2 * H + u, n) + x_part[2];
-      V<T> go = load_n(g + 3 * H + u, n) + x_part[3];
+      V<T> gi = load_n(g + u, n) + load_n(xg + u, n);
+      V<T> gf = load_n(g + H + u, n) + load_n(xg + H + u, n);
+      V<T> gc = load_n(g + 2 * H + u, n) + load_n(xg + 2 * H + u, n);
+      V<T> go = load_n(g + 3 * H + u, n) + load_n(xg + 3 * H + u, n);
       const V<T> c_prev = load_n(cp + u, n);
       if (peep) {
         gi += c_prev * load_n(peep + u, n);
@@ -240,23 +233,12 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   Buffer<T> proj(proj_values), m(a.w_proj ? size_t(a.batch * a.units) : 0);
   job.proj.data = proj.data;
   job.m = m.data;
-  ChunkedProjection<T>& input = job.input;
-  input.w = job.rec;
-  input.w.rows = a.x_gates ? 0 : a.inputs;
-  input.x = a.x; input.inputs = a.inputs; input.batch = a.batch;
-  input.chunk_steps = ChunkedProjection<T>::steps_per_chunk(a.steps, a.batch);
-  const int64_t chunk_rows = a.x_gates ? 0 : input.chunk_steps * a.batch;
-  Buffer<T> w_in(a.x_gates ? 0 : input.w.values()),
-      projected(size_t(chunk_rows * 4 * a.units));
-  input.w.data = w_in.data;
-  input.buffer = projected.data;
+  ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
+                                  a.steps, a.batch, a.bias, a.gate_scale);
   const int team = team_size(threads, blocks);
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   size_t work = gemm_workspace_values<T>(a.batch, depth);
-  if (chunk_rows) {
-    const size_t projection_work = gemm_workspace_values<T>(chunk_rows, a.inputs);
-    work = work > projection_work ? work : projection_work;
-  }
+  work = work > projection.work ? work : projection.work;
   PerThread<T> a_packs(team, work);
   job.a_packs = &a_packs;
   run_job(job, team);

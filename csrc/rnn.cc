@@ -20,22 +20,25 @@ struct RnnForwardJob {
   const RnnForwardArgs<T>& a;
   PackedMatrix<T> rec;
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
+  ChunkedProjection<T> input;   // x W + b (when x_gates is not given)
 
   void run(int t_id, int n_threads, Sync* sync) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units;
     int64_t j0, j1;
     split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec, H, 1, rec, j0, j1);
+    pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1);
+    if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
     const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev_t = a.h + t * B * H;
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       if (n > 0) {
+        const T* xg_t = a.x_gates ? a.x_gates + t * B * H : input.step(t, T_, j0, j1, a_packs->of(t_id));
         gemm_panels(B, h_prev_t, H, rec, j0, j1, h_next_t, H, a_packs->of(t_id));
         for (int64_t b = 0; b < B; ++b) {
           T* hn = h_next_t + b * H;
-          const T* xg = a.x_gates + (t * B + b) * H;
+          const T* xg = xg_t + b * H;
           for (int64_t u = u0; u < u1; ++u) hn[u] += xg[u];
           if (a.relu) {
             for (int64_t u = u0; u < u1; ++u) hn[u] = relu(hn[u]);
@@ -62,7 +65,7 @@ struct RnnBackwardJob {
     const int64_t T_ = a.steps, B = a.batch, H = a.units;
     int64_t j0, j1;
     split_blocks(rec_t.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec, 1, H, rec_t, j0, j1);
+    pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
     const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
@@ -100,12 +103,15 @@ struct RnnBackwardJob {
 
 template <class T>
 void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
-  RnnForwardJob<T> job{a, {}, nullptr};
+  RnnForwardJob<T> job{a, {}, nullptr, {}};
   job.rec.rows = a.units; job.rec.columns = a.units;
   Buffer<T> rec(job.rec.values());
   job.rec.data = rec.data;
+  ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
+                                  a.steps, a.batch, a.bias, nullptr);
   const int team = team_size(threads, job.rec.panels());
-  PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
+  const size_t step_work = gemm_workspace_values<T>(a.batch, a.units);
+  PerThread<T> a_packs(team, step_work > projection.work ? step_work : projection.work);
   job.a_packs = &a_packs;
   run_job(job, team);
 }

@@ -30,10 +30,11 @@ def _engine_weights(config: RNNConfig, flat: np.ndarray, p: int):
     """Engine-ready weights of pseudo-layer p (column form ``x @ W``), in the compute dtype."""
     v = layout.pseudo_layer_views(flat, config, p)
     w_input = None if v.w_input is None else v.w_input.T
-    if config.rnn_mode == "lstm":  # views: the engines read (native: pack) them as they are
+    # views of the parameters: the engines read (native: pack once per call) them as they are
+    if config.rnn_mode == "lstm":
         w_proj = None if v.w_proj is None else np.ascontiguousarray(v.w_proj.T)
         return lstm_engine.LSTMWeights(w_input, v.w_recurrent.T, v.bias_input + v.bias_recurrent, w_proj)
-    w_recurrent = np.ascontiguousarray(v.w_recurrent.T)
+    w_recurrent = v.w_recurrent.T
     if config.rnn_mode == "gru":
         return gru_engine.GRUWeights(w_input, w_recurrent, v.bias_input, v.bias_recurrent)
     return rnn_engine.RNNWeights(w_input, w_recurrent, v.bias_input + v.bias_recurrent)

@@ -197,11 +197,14 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype
-    x_gates = input_projection(x, weights.w_input, weights.bias_input, 3)
+    x_gates, x_in = None, _c(x, dtype)  # x W + bW inside the native call
+    if weights.w_input is None:  # skip input
+        x_gates, x_in = input_projection(x, None, weights.bias_input, 3), None
     work, targets = _recording(out, gru.trace_shapes(T, B, H), dtype)
     gates, q_h, h_states = work
     h_states[0] = h0
-    native.gru_forward(x_gates, _c(weights.w_recurrent, dtype), _c(weights.bias_recurrent, dtype),
+    native.gru_forward(x_gates, x_in, _strided(weights.w_input, dtype), _c(weights.bias_input, dtype),
+                       _strided(weights.w_recurrent, dtype), _c(weights.bias_recurrent, dtype),
                        _mask(valid), gates, q_h, h_states, _threads())
     return gru.GRUTrace(*_copy_back(work, targets))
 
@@ -218,7 +221,7 @@ def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
     d_a = np.empty((T, B, 3 * H), dtype=dtype)
     d_q = np.empty((T, B, 3 * H), dtype=dtype)
     dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
-    native.gru_backward(gates, q_h, h_states, _c(weights.w_recurrent, dtype), _c(dh_steps, dtype),
+    native.gru_backward(gates, q_h, h_states, _strided(weights.w_recurrent, dtype), _c(dh_steps, dtype),
                         _mask(valid), d_a, d_q, dh, _threads())
     return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, LINALG)
 
@@ -234,11 +237,14 @@ def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: simple_rnn.RNNWeights, a
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype
-    x_gates = input_projection(x, weights.w_input, weights.bias, 1)
+    x_gates, x_in = None, _c(x, dtype)  # x W + b inside the native call
+    if weights.w_input is None:  # skip input
+        x_gates, x_in = input_projection(x, None, weights.bias, 1), None
     work, targets = _recording(out, [(T + 1, B, H)], dtype)
     (h_states,) = work
     h_states[0] = h0
-    native.rnn_forward(x_gates, _c(weights.w_recurrent, dtype), activation == "relu", _mask(valid),
+    native.rnn_forward(x_gates, x_in, _strided(weights.w_input, dtype), _c(weights.bias, dtype),
+                       _strided(weights.w_recurrent, dtype), activation == "relu", _mask(valid),
                        h_states, _threads())
     return simple_rnn.RNNTrace(*_copy_back(work, targets))
 
@@ -255,6 +261,6 @@ def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.
     B, H = h_states.shape[1:]
     d_pre = np.empty((T, B, H), dtype=dtype)
     dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
-    native.rnn_backward(h_states, _c(weights.w_recurrent, dtype), activation == "relu",
+    native.rnn_backward(h_states, _strided(weights.w_recurrent, dtype), activation == "relu",
                         _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
     return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, LINALG)
