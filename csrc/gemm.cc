@@ -8,8 +8,9 @@
 // in L1 while the row blocks use it.
 //
 // accurate (float): the sum over K, often T·B ≥ 3000 rows, is formed in float32 over blocks of
-// kAccurateRows consecutive k and the block sums are added in float64 (error ≤ (γ_64 + u)·Σ|a b|
-// instead of γ_K), the issue-7 accuracy at the cost of a float64 add per block and element.
+// kAccurateRows consecutive k, the (up to 4) block sums of a K chunk are added in float32 and the
+// chunk sums in float64 (error ≤ (γ_67 + u)·Σ|a b| instead of γ_K): the issue-7 accuracy at
+// the cost of a float32 add per block and a float64 add per chunk and element.
 #include "cells.h"
 
 namespace fusedrnn {
@@ -17,14 +18,22 @@ namespace FUSEDRNN_ISA {
 
 namespace {
 
-constexpr int64_t kBlockRows = 96;      // a multiple of every kMaxRows (6, 4)
+constexpr int64_t kMaxBlockRows = 192;  // packed A block ≤ 192 × 256 values: L2-resident
 constexpr int64_t kAccurateRows = 64;
+
+// Rows per block of A: M split into equal blocks of at most kMaxBlockRows, each a multiple of
+// the micro-kernel's rows (so a block of B is not re-read from L2 for a thin last block).
+inline int64_t block_rows(int64_t M) {
+  const int64_t blocks = (M + kMaxBlockRows - 1) / kMaxBlockRows;
+  const int64_t rows = blocks ? (M + blocks - 1) / blocks : 1;
+  return (rows + kMaxRows - 1) / kMaxRows * kMaxRows;
+}
 
 template <class T>
 struct GemmJob {
   const GemmArgs<T>& a;
   PackedMatrix<T> chunk;        // B[k0:k1, :] packed, all panels (each thread packs its own)
-  const PerThread<T>* a_packs;  // kBlockRows × chunk rows per thread
+  const PerThread<T>* a_packs;  // block_rows(M) × chunk rows per thread
   double* sums;                 // accurate: [M, N] float64 partial sums, or null
 
   void run(int t_id, int n_threads, Sync* sync) {
@@ -46,8 +55,9 @@ struct GemmJob {
       b.capacity = chunk_rows;  // fixed panel places: the other threads still read theirs
       b.rows = depth;
       pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
-      for (int64_t m0 = 0; m0 < M; m0 += kBlockRows) {
-        const int64_t rows = M - m0 < kBlockRows ? M - m0 : kBlockRows;
+      const int64_t m_block = block_rows(M);
+      for (int64_t m0 = 0; m0 < M; m0 += m_block) {
+        const int64_t rows = M - m0 < m_block ? M - m0 : m_block;
         pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
         for (int64_t j = j0; j < j1; ++j) {
           const int64_t width = N - j * nr < nr ? N - j * nr : nr;
@@ -60,14 +70,18 @@ struct GemmJob {
                             a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
               continue;
             }
-            T tile[kMaxRows * nr];
+            T tile[kMaxRows * nr], part[kMaxRows * nr];
             for (int64_t s0 = 0; s0 < depth || s0 == 0; s0 += kAccurateRows) {
               const int64_t s1 = depth - s0 < kAccurateRows ? depth : s0 + kAccurateRows;
-              micro_rows<T>(r, 1, s0, s1, block, panel, chunk_rows * nr, tile, nr, nr, false);
-              for (int i = 0; i < r; ++i) {
-                double* out = sums + (m0 + r0 + i) * N + j * nr;
-                for (int64_t c = 0; c < width; ++c) out[c] += double(tile[i * nr + c]);
-              }
+              micro_rows<T>(r, 1, s0, s1, block, panel, chunk_rows * nr, s0 ? part : tile, nr,
+                            nr, false);
+              if (s0)
+                for (int i = 0; i < r * nr; i += Vec<T>::width)
+                  store(tile + i, load(tile + i) + load(part + i));
+            }
+            for (int i = 0; i < r; ++i) {
+              double* out = sums + (m0 + r0 + i) * N + j * nr;
+              for (int64_t c = 0; c < width; ++c) out[c] += double(tile[i * nr + c]);
             }
           }
         }
@@ -96,7 +110,7 @@ void gemm(const GemmArgs<T>& a, int threads) {
   Buffer<double> sums(accurate ? size_t(a.M * a.N) : 0);
   job.sums = accurate ? sums.data : nullptr;
   const int team = team_size(threads, job.chunk.panels());
-  PerThread<T> a_packs(team, size_t(kBlockRows * job.chunk.rows));
+  PerThread<T> a_packs(team, size_t(block_rows(a.M) * job.chunk.rows));
   job.a_packs = &a_packs;
   run_job(job, team);
 }

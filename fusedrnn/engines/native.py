@@ -56,7 +56,7 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     rows = max(128, B)
     projection = (G * padded(H) * inputs + rows * G * H + threads * rows * inputs) * itemsize
     gemm = max(inputs, Hout) * padded(G * H) * 8 + 256 * padded(max(G * H, inputs)) * itemsize \
-        + threads * 96 * 256 * itemsize
+        + threads * 198 * 256 * itemsize
     return loop + max(projection, gemm)
 
 
