@@ -183,7 +183,8 @@ using JobFunction = void (*)(void* context, int thread, int num_threads, Sync* s
 // job runs on the calling thread alone (n = 1), which gives the same bits.
 void run_team(int threads, JobFunction job, void* context);
 
-// 64-byte aligned workspace (never null; throws std::bad_alloc).
+// 64-byte aligned workspace (never null; throws std::bad_alloc); large blocks are recycled
+// across calls (workspace.cc).
 void* workspace_alloc(size_t bytes);
 void workspace_free(void* p);
 

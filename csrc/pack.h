@@ -38,6 +38,23 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
       T* dst = m.panel(g, j);
       const int64_t n0 = j * nr;
       const int64_t width = m.columns - n0 < nr ? m.columns - n0 : nr;
+      if (row_stride == 1 && col_stride != 1) {
+        // B's columns are contiguous (a transposed view): read each column once, in order.
+        for (int64_t c = 0; c < nr; ++c) {
+          if (c >= width) {
+            for (int64_t k = 0; k < m.rows; ++k) dst[k * nr + c] = T(0);
+            continue;
+          }
+          const T* column = src + (g * m.columns + n0 + c) * col_stride;
+          if (column_scale) {
+            const T scale = column_scale[g * m.columns + n0 + c];
+            for (int64_t k = 0; k < m.rows; ++k) dst[k * nr + c] = column[k] * scale;
+          } else {
+            for (int64_t k = 0; k < m.rows; ++k) dst[k * nr + c] = column[k];
+          }
+        }
+        continue;
+      }
       for (int64_t k = 0; k < m.rows; ++k) {
         const T* row = src + k * row_stride + (g * m.columns + n0) * col_stride;
         if (column_scale) {

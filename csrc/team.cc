@@ -120,13 +120,5 @@ void Team::run(int threads, JobFunction job, void* context) {
 
 void run_team(int threads, JobFunction job, void* context) { Team::instance().run(threads, job, context); }
 
-void* workspace_alloc(size_t bytes) {
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-
-void workspace_free(void* p) { std::free(p); }
 
 }  // namespace fusedrnn
