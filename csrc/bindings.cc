@@ -232,6 +232,28 @@ void gemm(py::object A, py::object B, py::object C, bool transpose_a, bool trans
   if constexpr (std::is_same<T, float>::value) t.gemm_f(g, threads); else t.gemm_d(g, threads);
 }
 
+// dst[...] = src for two 2-D arrays of one shape and dtype with any strides, in 32 × 32 tiles so
+// that a transposing copy reads and writes whole cache lines (NumPy's strided copy of a
+// transposed matrix runs at about 1 GB/s).  An exact copy: results never depend on it.
+template <class T>
+void copy_2d(py::array dst, py::array src) {
+  const int64_t rows = dst.shape(0), cols = dst.shape(1);
+  const int64_t drs = dst.strides(0) / ssize_t(sizeof(T)), dcs = dst.strides(1) / ssize_t(sizeof(T));
+  const int64_t srs = src.strides(0) / ssize_t(sizeof(T)), scs = src.strides(1) / ssize_t(sizeof(T));
+  T* d = static_cast<T*>(dst.mutable_data());
+  const T* s = static_cast<const T*>(src.data());
+  // Square tiles of kTile × kTile: both sides' lines (a power of two apart, often sharing an L1
+  // set) stay few enough to remain cached while the tile is copied.
+  constexpr int64_t kTile = 8;
+  py::gil_scoped_release release;
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t i1 = rows - i0 < kTile ? rows : i0 + kTile, j1 = cols - j0 < kTile ? cols : j0 + kTile;
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j) d[i * drs + j * dcs] = s[i * srs + j * scs];
+    }
+}
+
 }  // namespace
 }  // namespace fusedrnn
 
@@ -295,6 +317,18 @@ PYBIND11_MODULE(_native, m) {
      py::arg("accurate"), py::arg("threads"),
      "C = op(A) op(B) on the engine's team (op: transpose where asked); accurate: float32 sums "
      "over blocks of 64 k added in float64.");
+  m.def("copy_2d", [](py::array dst, py::array src) {
+    if (dst.ndim() != 2 || src.ndim() != 2 || dst.shape(0) != src.shape(0) ||
+        dst.shape(1) != src.shape(1) || !dst.dtype().is(src.dtype()) || !dst.writeable())
+      throw py::value_error("copy_2d needs two 2-D arrays of one shape and dtype, dst writeable");
+    const ssize_t item = dst.itemsize();
+    for (int a = 0; a < 2; ++a)
+      if (dst.strides(a) % item || src.strides(a) % item)
+        throw py::value_error("copy_2d needs whole-element strides");
+    if (py::isinstance<py::array_t<float>>(dst)) copy_2d<float>(dst, src);
+    else if (py::isinstance<py::array_t<double>>(dst)) copy_2d<double>(dst, src);
+    else throw py::type_error("copy_2d copies float32 or float64");
+  }, py::arg("dst"), py::arg("src"), "dst[...] = src (2-D, any strides), tiled.");
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
   m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
   m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,

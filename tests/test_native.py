@@ -466,3 +466,47 @@ def test_forked_child_gets_a_working_team(threads):
         os.kill(pid, 9)
     os.waitpid(pid, 0)
     assert message == b"ok"
+
+
+# ----------------------------------------------------------------------------------------------
+# The helpers around the time loops: the team's GEMM and the tiled 2-D copy
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 300), (256, 96), (1000, 33)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_copy_2d_is_an_exact_copy(dtype, shape, transposed):
+    from fusedrnn.engines.common import assign_2d
+    rng = np.random.default_rng(sum(shape))
+    source = rng.standard_normal(shape[::-1] if transposed else shape).astype(dtype)
+    src = source.T if transposed else source
+    for dst in (np.empty(shape, dtype), np.empty(shape[::-1], dtype).T):
+        native.copy_2d(dst, src)
+        assert np.array_equal(dst, src)
+        dst[...] = 0
+        assign_2d(dst, src)
+        assert np.array_equal(dst, src)
+    with pytest.raises(ValueError):
+        native.copy_2d(np.empty((2, 3), dtype), np.empty((3, 2), dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 0, 3), (37, 700, 20), (130, 64, 257)])
+def test_team_gemm_matches_float64_and_is_thread_independent(dtype, M, K, N):
+    rng = np.random.default_rng(M + K + N)
+    a = rng.standard_normal((K, M)).astype(dtype)  # gram orientation: aᵀ b
+    b = rng.standard_normal((K, N)).astype(dtype)
+    truth = a.astype(np.float64).T @ b.astype(np.float64)
+    bound = (K * np.finfo(dtype).eps + 1e-300) * (np.abs(a).T @ np.abs(b)) + np.finfo(dtype).tiny
+    results = []
+    for accurate in (False, True):
+        for threads in (1, 2, 3):
+            out = np.empty((M, N), dtype)
+            native.gemm(a, b, out, True, False, accurate, threads)
+            assert np.all(np.abs(out - truth) <= bound)
+            results.append(out)
+        assert all(np.array_equal(results[-1], r) for r in results[-3:])
+    w = rng.standard_normal((N, K)).astype(dtype)
+    out = np.empty((M, N), dtype)
+    native.gemm(a.T.copy(), w, out, False, True, False, 2)
+    np.testing.assert_allclose(out, a.T.astype(np.float64) @ w.T.astype(np.float64),
+                               rtol=0, atol=float(K * np.finfo(dtype).eps * 10 * max(1, np.abs(out).max())))

@@ -16,6 +16,7 @@ from ..engines import gru as gru_engine
 from ..engines import lstm as lstm_engine
 from ..engines import native as native_engine
 from ..engines import simple_rnn as rnn_engine
+from ..engines.common import assign_2d
 from ..layout import RNNConfig
 from ..validate import compute_dtype, float_arrays, shape_str
 from ._resolve import _Attrs, _Problem, _resolve
@@ -78,8 +79,8 @@ def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, v
 def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) -> None:
     v = layout.pseudo_layer_views(grad_flat, config, p)
     if v.w_input is not None:
-        v.w_input[...] = grads.dw_input.T
-    v.w_recurrent[...] = grads.dw_recurrent.T
+        assign_2d(v.w_input, grads.dw_input.T)
+    assign_2d(v.w_recurrent, grads.dw_recurrent.T)
     if config.rnn_mode == "gru":
         v.bias_input[...] = grads.dbias_input
         v.bias_recurrent[...] = grads.dbias_recurrent
@@ -87,7 +88,7 @@ def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) 
         v.bias_input[...] = grads.dbias
         v.bias_recurrent[...] = grads.dbias
     if v.w_proj is not None:
-        v.w_proj[...] = grads.dw_proj.T
+        assign_2d(v.w_proj, grads.dw_proj.T)
 
 
 def _scan(a: np.ndarray | None, direction: int):

@@ -152,6 +152,21 @@ def outer_sum(a: np.ndarray, b: np.ndarray, linalg: Linalg | None = None) -> np.
 NUMPY_LINALG = Linalg(gram=gram, matmul=np.matmul)
 
 
+def assign_2d(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for 2-D float arrays of one shape, fast also when one is a transposed
+    view (the weight gradients go into the cuDNN layout transposed): the native extension's
+    tiled copy when it is installed (an exact copy, so results do not depend on it), else
+    NumPy's."""
+    from .. import settings
+    native = settings._load_native()
+    if (native is not None and dst.dtype == src.dtype and dst.dtype in (np.float32, np.float64)
+            and dst.shape == src.shape and dst.size >= 4096
+            and not (dst.flags.c_contiguous and src.flags.c_contiguous)):
+        native.copy_2d(dst, src)
+    else:
+        dst[...] = src
+
+
 def trace_arrays(out, shapes: list, dtype) -> list:
     """The arrays a forward pass records into: ``out`` (a trace of preallocated arrays with
     these shapes, e.g. views into a reserve buffer) or fresh ones."""
