@@ -20,6 +20,10 @@ import numpy as np
 
 CHECK_TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
 WARM_UP_S = 0.3
+# Idle time before each timed call, not counted: the thread pools of the peer that ran just
+# before (OpenMP, ONNX Runtime's and fusedrnn's teams spin a while after a call) go to sleep, so
+# no library is timed against another one's spinning threads on this 2-core class of machine.
+SETTLE_S = 0.005
 
 
 def summary(samples: list) -> dict:
@@ -85,6 +89,7 @@ def time_problem(data, mode: str, peers: dict, repeat: int, min_rounds: int, bud
             entry = entries[name]
             if entry["first_call_s"] >= slow_s and len(entry["samples_s"]) >= min_rounds:
                 continue
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
             runs[name]()
             entry["samples_s"].append(time.perf_counter() - start)

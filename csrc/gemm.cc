@@ -18,15 +18,35 @@ namespace FUSEDRNN_ISA {
 
 namespace {
 
-constexpr int64_t kMaxBlockRows = 192;  // packed A block ≤ 192 × 256 values: L2-resident
+constexpr int64_t kMaxBlockRows = 192;
+constexpr int64_t kBlockValues = 128 * 1024;  // packed A block ≤ 512 KiB of float: L2-resident
 constexpr int64_t kAccurateRows = 64;
+constexpr int64_t kAccurateChunk = 1024;  // K chunk of the accurate mode (a multiple of the above)
 
-// Rows per block of A: M split into equal blocks of at most kMaxBlockRows, each a multiple of
-// the micro-kernel's rows (so a block of B is not re-read from L2 for a thin last block).
-inline int64_t block_rows(int64_t M) {
-  const int64_t blocks = (M + kMaxBlockRows - 1) / kMaxBlockRows;
+// Rows per block of A: M split into equal blocks of at most kMaxBlockRows rows and at most
+// kBlockValues / depth (the packed block stays in L2), each a multiple of the micro-kernel's
+// rows (so a block of B is not re-read from L2 for a thin last block).
+inline int64_t block_rows(int64_t M, int64_t depth) {
+  int64_t most = kBlockValues / (depth > 0 ? depth : 1);
+  most = most > kMaxBlockRows ? kMaxBlockRows : most < kMaxRows ? kMaxRows : most;
+  const int64_t blocks = (M + most - 1) / most;
   const int64_t rows = blocks ? (M + blocks - 1) / blocks : 1;
   return (rows + kMaxRows - 1) / kMaxRows * kMaxRows;
+}
+
+// out[c] += double(tile[c]) for c < width (≤ NR), whole vectors where width allows.
+template <class T>
+inline void add_to_sums(const T* tile, double* out, int64_t width) {
+  constexpr int W = Vec<T>::width;
+  typedef double Wide __attribute__((vector_size(W * sizeof(double))));
+  int64_t c = 0;
+  for (; c + W <= width; c += W) {
+    Wide sum, add = __builtin_convertvector(load(tile + c), Wide);
+    std::memcpy(&sum, out + c, sizeof sum);
+    sum += add;
+    std::memcpy(out + c, &sum, sizeof sum);
+  }
+  for (; c < width; ++c) out[c] += double(tile[c]);
 }
 
 template <class T>
@@ -55,7 +75,7 @@ struct GemmJob {
       b.capacity = chunk_rows;  // fixed panel places: the other threads still read theirs
       b.rows = depth;
       pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
-      const int64_t m_block = block_rows(M);
+      const int64_t m_block = block_rows(M, chunk_rows);
       for (int64_t m0 = 0; m0 < M; m0 += m_block) {
         const int64_t rows = M - m0 < m_block ? M - m0 : m_block;
         pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
@@ -70,19 +90,9 @@ struct GemmJob {
                             a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
               continue;
             }
-            T tile[kMaxRows * nr], part[kMaxRows * nr];
-            for (int64_t s0 = 0; s0 < depth || s0 == 0; s0 += kAccurateRows) {
-              const int64_t s1 = depth - s0 < kAccurateRows ? depth : s0 + kAccurateRows;
-              micro_rows<T>(r, 1, s0, s1, block, panel, chunk_rows * nr, s0 ? part : tile, nr,
-                            nr, false);
-              if (s0)
-                for (int i = 0; i < r * nr; i += Vec<T>::width)
-                  store(tile + i, load(tile + i) + load(part + i));
-            }
-            for (int i = 0; i < r; ++i) {
-              double* out = sums + (m0 + r0 + i) * N + j * nr;
-              for (int64_t c = 0; c < width; ++c) out[c] += double(tile[i * nr + c]);
-            }
+            T tile[kMaxRows * nr];
+            micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile);
+            for (int i = 0; i < r; ++i) add_to_sums(tile + i * nr, sums + (m0 + r0 + i) * N + j * nr, width);
           }
         }
       }
@@ -100,8 +110,10 @@ void gemm(const GemmArgs<T>& a, int threads) {
   GemmJob<T> job{a, {}, nullptr, nullptr};
   job.chunk.rows = a.K < kKChunk ? (a.K > 0 ? a.K : 1) : kKChunk;
   if (a.accurate && sizeof(T) == sizeof(float)) {
-    // whole accurate blocks per chunk, so the block boundaries are at multiples of kAccurateRows
-    job.chunk.rows = (job.chunk.rows + kAccurateRows - 1) / kAccurateRows * kAccurateRows;
+    // whole accurate blocks per chunk, so the block boundaries are at multiples of kAccurateRows;
+    // longer chunks: each chunk sweeps the float64 sums once (memory traffic, not FLOPs)
+    const int64_t rows = a.K < 1 ? 1 : a.K < kAccurateChunk ? a.K : kAccurateChunk;  // K = 0: one empty chunk
+    job.chunk.rows = (rows + kAccurateRows - 1) / kAccurateRows * kAccurateRows;
   }
   job.chunk.columns = a.N;
   Buffer<T> chunk(job.chunk.values());
@@ -110,7 +122,7 @@ void gemm(const GemmArgs<T>& a, int threads) {
   Buffer<double> sums(accurate ? size_t(a.M * a.N) : 0);
   job.sums = accurate ? sums.data : nullptr;
   const int team = team_size(threads, job.chunk.panels());
-  PerThread<T> a_packs(team, size_t(block_rows(a.M) * job.chunk.rows));
+  PerThread<T> a_packs(team, size_t(block_rows(a.M, job.chunk.rows) * job.chunk.rows));
   job.a_packs = &a_packs;
   run_job(job, team);
 }

@@ -39,7 +39,7 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     (``[B, G·H]`` and ``[B, Hout]``) and each thread's packed GEMM operand (``B·4H``).  With
     ``inputs`` (= I): the LSTM forward's in-loop input projection (packed ``W``, a chunk of
     ``max(128, B)`` rows of ``x W`` and each thread's packed chunk of ``x``) and the backward's
-    weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and a packed 256-row chunk);
+    weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and a packed 1024-row chunk);
     the largest of the phases counts.  Everything else a call uses is a NumPy array the callers'
     estimates already count (the trace, the gate gradients)."""
     G = {"lstm": 4, "gru": 3}.get(mode, 1)
@@ -55,8 +55,8 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
         return loop
     rows = max(128, B)
     projection = (G * padded(H) * inputs + rows * G * H + threads * rows * inputs) * itemsize
-    gemm = max(inputs, Hout) * padded(G * H) * 8 + 256 * padded(max(G * H, inputs)) * itemsize \
-        + threads * 198 * 256 * itemsize
+    gemm = max(inputs, Hout) * padded(G * H) * 8 + 1024 * padded(max(G * H, inputs)) * itemsize \
+        + threads * 198 * 1024 * itemsize
     return loop + max(projection, gemm)
 
 
