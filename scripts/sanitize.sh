@@ -51,7 +51,7 @@ import numpy as np, fusedrnn.settings as s
 n = s.native_module()
 # large enough that NumPy's small-buffer cache does not hide the overflow
 h = np.zeros((5, 8, 64), np.float32)
-n.rnn_forward(np.zeros((4, 8, 63), np.float32), np.zeros((64, 64), np.float32), False, None, h, 1)
+n.rnn_forward(np.zeros((4, 8, 63), np.float32), None, None, None, np.zeros((64, 64), np.float32), False, None, h, 1)
 " 2>"$WORK/selfcheck.txt"; then
   echo "sanitize: AddressSanitizer did not catch a deliberate overflow"; exit 1
 fi
