@@ -21,8 +21,11 @@ import numpy as np
 CHECK_TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
 WARM_UP_S = 0.3
 # Idle time before each timed call, not counted: the thread pools of the peer that ran just
-# before (OpenMP, ONNX Runtime's and fusedrnn's teams spin a while after a call) go to sleep, so
-# no library is timed against another one's spinning threads on this 2-core class of machine.
+# before go to sleep (libgomp's OpenMP threads, torch's, spin about 300k pause iterations after a
+# parallel region, several ms on this CPU; ONNX Runtime's and fusedrnn's teams spin too), so no
+# library is timed against another one's spinning threads on this 2-core class of machine.  Not
+# longer: after ~20 ms idle every pool has gone to sleep, and waking a sleeping vCPU on these VMs
+# can take several ms, which would then be timed for every library instead.
 SETTLE_S = 0.005
 
 

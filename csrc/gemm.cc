@@ -8,8 +8,8 @@
 // in L1 while the row blocks use it.
 //
 // accurate (float): the sum over K, often T·B ≥ 3000 rows, is formed in float32 over blocks of
-// kAccurateRows consecutive k, the (up to 4) block sums of a K chunk are added in float32 and the
-// chunk sums in float64 (error ≤ (γ_67 + u)·Σ|a b| instead of γ_K): the issue-7 accuracy at
+// kAccurateRows consecutive k, the (up to 16) block sums of a K chunk are added in float32 and
+// the chunk sums in float64 (error ≤ (γ_79 + u)·Σ|a b| instead of γ_K): the issue-7 accuracy at
 // the cost of a float32 add per block and a float64 add per chunk and element.
 #include "cells.h"
 
@@ -54,7 +54,8 @@ struct GemmJob {
   const GemmArgs<T>& a;
   PackedMatrix<T> chunk;        // B[k0:k1, :] packed, all panels (each thread packs its own)
   const PerThread<T>* a_packs;  // block_rows(M) × chunk rows per thread
-  double* sums;                 // accurate: [M, N] float64 partial sums, or null
+  bool accurate;
+  double* sums;                 // accurate with several K chunks: [M, N] float64 partial sums
 
   void run(int t_id, int n_threads, Sync* sync) {
     constexpr int nr = PackedMatrix<T>::nr;
@@ -85,14 +86,21 @@ struct GemmJob {
           for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
             const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
             const T* block = a_pack + r0 * depth;
-            if (!sums) {
+            if (!accurate) {
               micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr,
                             a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
               continue;
             }
             T tile[kMaxRows * nr];
             micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile);
-            for (int i = 0; i < r; ++i) add_to_sums(tile + i * nr, sums + (m0 + r0 + i) * N + j * nr, width);
+            for (int i = 0; i < r; ++i) {
+              if (sums) {  // several chunks
+                add_to_sums(tile + i * nr, sums + (m0 + r0 + i) * N + j * nr, width);
+              } else {     // one chunk: its float32 sum is the result (0 + x is exact in float64)
+                T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
+                for (int64_t col = 0; col < width; ++col) c[col] = tile[i * nr + col];
+              }
+            }
           }
         }
       }
@@ -107,7 +115,7 @@ struct GemmJob {
 
 template <class T>
 void gemm(const GemmArgs<T>& a, int threads) {
-  GemmJob<T> job{a, {}, nullptr, nullptr};
+  GemmJob<T> job{a, {}, nullptr, false, nullptr};
   job.chunk.rows = a.K < kKChunk ? (a.K > 0 ? a.K : 1) : kKChunk;
   if (a.accurate && sizeof(T) == sizeof(float)) {
     // whole accurate blocks per chunk, so the block boundaries are at multiples of kAccurateRows;
@@ -118,9 +126,10 @@ void gemm(const GemmArgs<T>& a, int threads) {
   job.chunk.columns = a.N;
   Buffer<T> chunk(job.chunk.values());
   job.chunk.data = chunk.data;
-  const bool accurate = a.accurate && sizeof(T) == sizeof(float) && a.K > kAccurateRows;
-  Buffer<double> sums(accurate ? size_t(a.M * a.N) : 0);
-  job.sums = accurate ? sums.data : nullptr;
+  job.accurate = a.accurate && sizeof(T) == sizeof(float) && a.K > kAccurateRows;
+  const bool chunks = job.accurate && a.K > job.chunk.rows;
+  Buffer<double> sums(chunks ? size_t(a.M * a.N) : 0);
+  job.sums = chunks ? sums.data : nullptr;
   const int team = team_size(threads, job.chunk.panels());
   PerThread<T> a_packs(team, size_t(block_rows(a.M, job.chunk.rows) * job.chunk.rows));
   job.a_packs = &a_packs;

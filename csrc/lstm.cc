@@ -22,6 +22,10 @@ struct LstmForwardJob {
   T* m;                       // [B, H] o ⊙ tanh(c) before the projection
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W (when x_gates is not given)
+  // Where the steps are recorded: the caller's trace, or (keep_trace = false) one-step buffers of
+  // the engine's own, 64-byte aligned so that the two threads' units never share a cache line
+  // (NumPy's arrays are not: rewriting the same lines every step made them ping-pong).
+  T *gates, *co, *c;
 
   // One batch row's gate math for units [u0, u1), a vector of units at a time, every lane the
   // same IEEE operations in the NumPy engine's order: g (the recurrent GEMM's output) becomes
@@ -94,10 +98,10 @@ struct LstmForwardJob {
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
       T* h_next = a.h + (t + 1) * B * P;
-      const T* c_prev_t = a.c + (t % c_slots) * B * H;
-      T* c_next_t = a.c + ((t + 1) % c_slots) * B * H;
-      T* g_t = a.gates + (t % step_slots) * B * G;
-      T* co_t = a.co + (t % step_slots) * B * H;
+      const T* c_prev_t = c + (t % c_slots) * B * H;
+      T* c_next_t = c + ((t + 1) % c_slots) * B * H;
+      T* g_t = gates + (t % step_slots) * B * G;
+      T* co_t = co + (t % step_slots) * B * H;
       const T* xg_t = a.x_gates ? a.x_gates + t * B * G
                                 : n > 0 ? input.step(t, T_, j0, j1, a_packs->of(t_id)) : nullptr;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
@@ -219,7 +223,16 @@ struct LstmBackwardJob {
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}};
+  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, a.gates, a.co, a.c};
+  const int64_t BH = a.batch * a.units;
+  // inference: the engine's own aligned one-step buffers, rows padded to whole cache lines
+  Buffer<T> step(a.keep_trace ? 0 : size_t(4 * BH + BH + 2 * BH));
+  if (!a.keep_trace) {
+    job.gates = step.data;
+    job.co = step.data + 4 * BH;
+    job.c = step.data + 5 * BH;
+    for (int64_t i = 0; i < BH; ++i) job.c[i] = a.c[i];
+  }
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
   Buffer<T> rec(job.rec.values());
   job.rec.data = rec.data;
@@ -242,6 +255,8 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   PerThread<T> a_packs(team, work);
   job.a_packs = &a_packs;
   run_job(job, team);
+  if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it
+    for (int64_t i = 0; i < BH; ++i) a.c[(a.steps % 2) * BH + i] = job.c[(a.steps % 2) * BH + i];
 }
 
 template <class T>
