@@ -340,6 +340,14 @@ struct ProjectionBuffers {
   }
 };
 
+// Per-thread GEMM workspace values of a time loop whose step GEMMs have `batch` rows and depth
+// ≤ `depth`, with its input projection (if any).
+template <class T>
+size_t loop_workspace_values(int64_t batch, int64_t depth, const ProjectionBuffers<T>& projection) {
+  const size_t step = gemm_workspace_values<T>(batch, depth);
+  return step > projection.work ? step : projection.work;
+}
+
 // Thread t's share [first, last) of `count` blocks split over n threads.
 inline void split_blocks(int64_t count, int t, int n, int64_t* first, int64_t* last) {
   *first = count * t / n;

@@ -139,8 +139,7 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
                                   a.steps, a.batch, a.bias_in, nullptr);
   const int team = team_size(threads, job.rec.panels());
-  const size_t step_work = gemm_workspace_values<T>(a.batch, a.units);
-  PerThread<T> a_packs(team, step_work > projection.work ? step_work : projection.work);
+  PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
   run_job(job, team);
 }

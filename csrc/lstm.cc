@@ -250,9 +250,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
                                   a.steps, a.batch, a.bias, a.gate_scale);
   const int team = team_size(threads, blocks);
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
-  size_t work = gemm_workspace_values<T>(a.batch, depth);
-  work = work > projection.work ? work : projection.work;
-  PerThread<T> a_packs(team, work);
+  PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));
   job.a_packs = &a_packs;
   run_job(job, team);
   if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it

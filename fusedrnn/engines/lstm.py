@@ -105,16 +105,19 @@ def trace_shapes(T: int, B: int, H: int, Hout: int) -> list:
     return [(T, B, 4 * H), (T + 1, B, H), (T, B, H), (T + 1, B, Hout)]
 
 
+def halved_peepholes(w: LSTMWeights, options: LSTMOptions, dtype):
+    """The peepholes (wci, wcf, wco) halved (they act on the halved sigmoid pre-activations), or
+    None without peepholes."""
+    if not options.use_peephole:
+        return None
+    return tuple(p * dtype.type(0.5) for p in w.peepholes)
+
+
 def recurrent_operands(w: LSTMWeights, options: LSTMOptions, dtype):
     """``(w_recurrent [Hout, 4H], peepholes)`` of weights ``w`` in i, f, c, o order, with the
-    sigmoid gates' columns (i, f, o) halved; the peepholes (wci, wcf, wco) halved too, or None
-    without peepholes."""
+    sigmoid gates' columns (i, f, o) halved; the peepholes halved too (:func:`halved_peepholes`)."""
     scale = gate_scale(w.bias.shape[-1] // 4, dtype)
-    w_recurrent = w.w_recurrent * scale
-    peep = None
-    if options.use_peephole:
-        peep = tuple(p * dtype.type(0.5) for p in w.peepholes)
-    return w_recurrent, peep
+    return w.w_recurrent * scale, halved_peepholes(w, options, dtype)
 
 
 def forward_operands(x: np.ndarray, weights: LSTMWeights, options: LSTMOptions):

@@ -140,7 +140,7 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     T, B = x.shape[:2]
     H, Hout = c0.shape[-1], h0.shape[-1]
     dtype = x.dtype
-    peep = tuple(p * dtype.type(0.5) for p in w.peepholes) if options.use_peephole else None
+    peep = lstm.halved_peepholes(w, options, dtype)
     scale = lstm.gate_scale(H, dtype)  # R is halved as it is packed
     x_gates = x_in = w_in = bias = None
     if w.w_input is None:  # skip input: every gate gets x
@@ -197,9 +197,10 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype
-    x_gates, x_in = None, _c(x, dtype)  # x W + bW inside the native call
     if weights.w_input is None:  # skip input
         x_gates, x_in = input_projection(x, None, weights.bias_input, 3), None
+    else:  # x W + bW inside the native call
+        x_gates, x_in = None, _c(x, dtype)
     work, targets = _recording(out, gru.trace_shapes(T, B, H), dtype)
     gates, q_h, h_states = work
     h_states[0] = h0
@@ -237,9 +238,10 @@ def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: simple_rnn.RNNWeights, a
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype
-    x_gates, x_in = None, _c(x, dtype)  # x W + b inside the native call
     if weights.w_input is None:  # skip input
         x_gates, x_in = input_projection(x, None, weights.bias, 1), None
+    else:  # x W + b inside the native call
+        x_gates, x_in = None, _c(x, dtype)
     work, targets = _recording(out, [(T + 1, B, H)], dtype)
     (h_states,) = work
     h_states[0] = h0
