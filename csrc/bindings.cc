@@ -265,6 +265,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("supported_isas", &supported_isas, "Instruction sets usable here, best first.");
   m.def("isa", [] { return std::string(table().name); }, "The instruction set in use.");
   m.def("set_isa", &set_isa, py::arg("name"));
+  m.def("wake_team", &wake_team,
+        "The team's sleeping workers start waking up: call it before the set-up work of a call "
+        "whose native jobs follow (waking a halted vCPU can take milliseconds).");
   m.def("panel_width", [](int itemsize) {
     return itemsize == 8 ? table().panel_width_double : table().panel_width_float;
   }, py::arg("itemsize"), "NR of the packed GEMM panels (values) for the current ISA.");

@@ -21,12 +21,18 @@ inline int team_size(int threads, int64_t blocks) {
   return int(threads < blocks ? threads : blocks);
 }
 
-// Runs `Job::run(thread, num_threads, sync)` of a job object on the team.
+// Multiply-adds of T steps of a [B, K] x [K, N] product, as flops: the work estimate of run_job.
+inline int64_t product_flops(int64_t steps, int64_t batch, int64_t depth, int64_t width) {
+  return 2 * steps * batch * depth * width;
+}
+
+// Runs `Job::run(thread, num_threads, sync)` of a job object on the team; `flops` estimates the
+// job's work (it sizes the wait for workers that are still waking up).
 template <class Job>
-void run_job(Job& job, int threads) {
+void run_job(Job& job, int threads, int64_t flops) {
   run_team(threads, [](void* context, int t, int n, Sync* sync) {
     static_cast<Job*>(context)->run(t, n, sync);
-  }, &job);
+  }, &job, flops);
 }
 
 }  // namespace FUSEDRNN_ISA

@@ -179,9 +179,14 @@ class Sync {
 using JobFunction = void (*)(void* context, int thread, int num_threads, Sync* sync);
 
 // Runs job(context, t, n, sync) for t = 0..n-1 on the engine's persistent team (the caller is
-// thread 0), n <= threads.  When the team is busy (another Python thread is inside a call) the
-// job runs on the calling thread alone (n = 1), which gives the same bits.
-void run_team(int threads, JobFunction job, void* context);
+// thread 0), n <= threads: the workers that check in within a join window scaled by `flops`
+// (the job's estimated floating-point operations).  When the team is busy (another Python
+// thread is inside a call) the job runs on the calling thread alone (n = 1).  Every job gives
+// the same bits for any n.
+void run_team(int threads, JobFunction job, void* context, int64_t flops);
+
+// Sleeping workers start waking up (a call is coming; waking a halted vCPU takes up to ms).
+void wake_team();
 
 // 64-byte aligned workspace (never null; throws std::bad_alloc); large blocks are recycled
 // across calls (workspace.cc).

@@ -133,7 +133,7 @@ void gemm(const GemmArgs<T>& a, int threads) {
   const int team = team_size(threads, job.chunk.panels());
   PerThread<T> a_packs(team, size_t(block_rows(a.M, job.chunk.rows) * job.chunk.rows));
   job.a_packs = &a_packs;
-  run_job(job, team);
+  run_job(job, team, 2 * a.M * a.N * a.K);
 }
 
 template void gemm<float>(const GemmArgs<float>&, int);

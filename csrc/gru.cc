@@ -141,7 +141,7 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
-  run_job(job, team);
+  run_job(job, team, product_flops(a.steps, a.batch, a.units + (a.x_gates ? 0 : a.inputs), 3 * a.units));
 }
 
 template <class T>
@@ -154,7 +154,7 @@ void gru_backward(const GruBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec_t.panels());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 3 * a.units));
   job.a_packs = &a_packs;
-  run_job(job, team);
+  run_job(job, team, product_flops(a.steps, a.batch, a.units, 3 * a.units));
 }
 
 template void gru_forward<float>(const GruForwardArgs<float>&, int);

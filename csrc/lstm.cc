@@ -252,7 +252,9 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));
   job.a_packs = &a_packs;
-  run_job(job, team);
+  const int64_t projection_flops = a.w_proj ? product_flops(a.steps, a.batch, a.units, a.out_units) : 0;
+  run_job(job, team, product_flops(a.steps, a.batch, a.out_units + (a.x_gates ? 0 : a.inputs), 4 * a.units) +
+                         projection_flops);
   if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it
     for (int64_t i = 0; i < BH; ++i) a.c[(a.steps % 2) * BH + i] = job.c[(a.steps % 2) * BH + i];
 }
@@ -278,7 +280,8 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, blocks);
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
   job.a_packs = &a_packs;
-  run_job(job, team);
+  const int64_t projection_flops = a.w_proj ? product_flops(a.steps, a.batch, a.units, a.out_units) : 0;
+  run_job(job, team, product_flops(a.steps, a.batch, a.out_units, 4 * a.units) + projection_flops);
 }
 
 template void lstm_forward<float>(const LstmForwardArgs<float>&, int);

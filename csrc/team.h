@@ -1,17 +1,24 @@
 // The engine's persistent thread team and its per-step barrier.
 //
-// One team per process.  A job runs on the caller (thread 0) plus n-1 workers; between steps the
-// threads meet at a barrier that spins briefly (the other threads are a few hundred ns away
-// when the cores are ours) and then sleeps on a condition variable (when the machine is
-// oversubscribed, spinning would steal the core from the thread being waited for).  Workers
-// sleep between jobs.  A mutex admits one job at a time; a caller that finds the team busy runs
-// its job alone, which gives the same bits (the kernels' results do not depend on the team size).
-// In a child process made by fork() the team's threads do not exist: the child gets a new,
-// empty team (the old one, whose mutexes may have been held at the fork, is abandoned).
+// One team per process.  A job runs on the caller (thread 0) plus the workers that check in
+// within a short join window after it is posted; a worker whose (v)CPU is asleep — waking one
+// takes 0.1–3 ms on the VMs we measured — is not waited for: the job runs on the threads that
+// came (every kernel gives the same bits for any team size).  `wake()` lets a caller start the
+// workers' wake-up early, before its own set-up work.
+//
+// Waiting (between steps at the barrier, between jobs in the workers) spins with `pause` for a
+// few tens of µs, then spins with sched_yield (another runnable thread on this CPU gets it), and
+// only then sleeps on a condition variable: a sleeping thread's vCPU halts, and its wake-up costs
+// far more than the wait it saved.
+//
+// A mutex admits one job at a time; a caller that finds the team busy runs its job alone.  In a
+// child process made by fork() the team's threads do not exist: the child gets a new, empty team
+// (the old one, whose mutexes may have been held at the fork, is abandoned).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -27,8 +34,8 @@ class SpinBarrier final : public Sync {
 
  private:
   int participants_ = 1;
-  std::atomic<int> arrived_{0};
-  std::atomic<unsigned> generation_{0};
+  alignas(64) std::atomic<int> arrived_{0};
+  alignas(64) std::atomic<unsigned> generation_{0};
   std::atomic<int> sleepers_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -37,21 +44,29 @@ class SpinBarrier final : public Sync {
 class Team {
  public:
   static Team& instance();
-  void run(int threads, JobFunction job, void* context);
+  void run(int threads, JobFunction job, void* context, int64_t flops);
+  void wake();  // sleeping workers start waking for a job that is about to come
 
  private:
   Team() = default;
   static void replace_after_fork();  // pthread_atfork child handler: the workers did not fork
   void ensure_workers(int count);
-  void worker_loop(int index);
+  void worker_loop(uint64_t seen_generation);
+  void wait_for_job(uint64_t seen_generation);  // returns when a job of a newer generation is posted
 
+  // The roster of the current job, one word: generation << 32 | closed << 31 | workers joined.
+  // A worker joins only a roster of the generation it saw and only while it is open; the caller
+  // closes it when every worker it asked for has joined or the join window has passed.
+  static constexpr uint64_t kClosed = uint64_t(1) << 31;
+  alignas(64) std::atomic<uint64_t> roster_{0};
+  alignas(64) std::atomic<uint64_t> wake_calls_{0};
+  std::atomic<int> sleepers_{0};
   std::mutex busy_;        // held for the whole of a job
-  std::mutex job_mutex_;   // guards the fields below for sleeping workers
-  std::condition_variable job_ready_;
-  std::atomic<unsigned> job_generation_{0};
-  JobFunction job_ = nullptr;
+  std::mutex sleep_mutex_;
+  std::condition_variable news_;
+  JobFunction job_ = nullptr;  // written before the roster of its generation is published
   void* context_ = nullptr;
-  int job_threads_ = 1;
+  std::atomic<int64_t> wanted_workers_{0};
   SpinBarrier barrier_;
   std::vector<std::thread> workers_;
 };
