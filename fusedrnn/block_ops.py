@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .engines.common import assign_2d
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from . import engines
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights
@@ -462,7 +463,8 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
                                     x, h_states, a["w"])
         x_grad[:L] = grads.dx
         cs_prev_grad[...], h_prev_grad[...] = grads.dc0, grads.dh0
-        w_grad[:I], w_grad[I:] = grads.dw_input, grads.dw_recurrent
+        assign_2d(w_grad[:I], grads.dw_input)  # the native gradients are transposed views
+        assign_2d(w_grad[I:], grads.dw_recurrent)
         b_grad[...] = grads.dbias
         if use_peephole:
             for out, g in zip(peephole_grads, grads.dpeepholes):

@@ -139,6 +139,12 @@ def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bo
 # Forward
 
 
+def _result(a: np.ndarray, dtype) -> np.ndarray:
+    """An output in the caller's dtype, C-contiguous: ``a`` itself when it already is one (every
+    array passed here is the op's own, so returning it shares nothing with the caller)."""
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
     return x if time_major else x.transpose(1, 0, 2)
 
@@ -186,9 +192,9 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
             mask[...] = _dropout_mask(attrs, layer, out.shape, cd)
             out *= mask
         layer_in = out
-    output = _to_time_major(layer_in, time_major).astype(dtype)
-    output_h = h_final.reshape(problem.state_shape).astype(dtype)
-    output_c = c_final.reshape(problem.cell_shape).astype(dtype) if is_lstm else np.zeros((), dtype)
+    output = _result(_to_time_major(layer_in, time_major), dtype)
+    output_h = _result(h_final.reshape(problem.state_shape), dtype)
+    output_c = _result(c_final.reshape(problem.cell_shape), dtype) if is_lstm else np.zeros((), dtype)
     reserve_space = writer.array() if writer is not None else np.zeros((), dtype)
     return output, output_h, output_c, reserve_space
 
@@ -261,8 +267,8 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
             d_x = d_in
     if valid is not None:
         d_x *= valid[:, :, None]
-    input_backprop = _to_time_major(d_x, time_major).astype(dtype)
-    input_h_backprop = dh0.reshape(problem.state_shape).astype(dtype)
-    input_c_backprop = dc0.reshape(problem.cell_shape).astype(dtype) if is_lstm else np.zeros((), dtype)
+    input_backprop = _result(_to_time_major(d_x, time_major), dtype)
+    input_h_backprop = _result(dh0.reshape(problem.state_shape), dtype)
+    input_c_backprop = _result(dc0.reshape(problem.cell_shape), dtype) if is_lstm else np.zeros((), dtype)
     return CudnnRNNBackpropResult(input_backprop, input_h_backprop, input_c_backprop,
-                                  grad_flat.astype(dtype))
+                                  _result(grad_flat, dtype))

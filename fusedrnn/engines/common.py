@@ -117,7 +117,7 @@ def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class Linalg(NamedTuple):
     """The all-steps products a backward pass makes after its time loop: ``gram(a, b) = aᵀ b``
     over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
-    :func:`gram`) and ``matmul(a, b) = a @ b``.  :data:`NUMPY_LINALG` is NumPy's BLAS; the
+    :func:`gram`; the result may be a transposed view) and ``matmul(a, b) = a @ b``.  :data:`NUMPY_LINALG` is NumPy's BLAS; the
     native backend passes its own (the engine's team, no BLAS thread pool)."""
 
     gram: Callable

@@ -46,6 +46,10 @@ def to_ifco(a: np.ndarray, layout: str) -> np.ndarray:
     if layout == "ifco":
         return a
     n = a.shape[-1] // 4
+    if a.ndim == 2 and not a.flags.c_contiguous and a.T.flags.c_contiguous:
+        # a transposed view (a native weight gradient): move whole rows of its C-contiguous base
+        rows = a.T
+        return np.concatenate([rows[:n], rows[2 * n:3 * n], rows[n:2 * n], rows[3 * n:]]).T
     return np.concatenate([a[..., :n], a[..., 2 * n:3 * n], a[..., n:2 * n], a[..., 3 * n:]],
                           axis=-1)
 

@@ -105,11 +105,15 @@ def _threads() -> int:
 
 def _gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``aᵀ b`` over the N rows of ``a[N, m]``, ``b[N, n]`` on the engine's team; float32 sums
-    over blocks of 64 rows added in float64 (at least as accurate as :func:`.common.gram`)."""
+    over blocks of 64 rows added in float64 (at least as accurate as :func:`.common.gram`).
+
+    Computed as ``bᵀ a`` into a C-contiguous ``[n, m]`` array and returned as its transpose (a
+    view; the same products summed in the same order, so the same bits): the weight gradients
+    go into the cuDNN layout ``[G·H, in]``, which is that array's layout, by a contiguous copy."""
     a, b = _c(a, a.dtype), _c(b, a.dtype)
-    out = np.empty((a.shape[1], b.shape[1]), dtype=a.dtype)
-    settings.native_module().gemm(a, b, out, True, False, True, _threads())
-    return out
+    out_t = np.empty((b.shape[1], a.shape[1]), dtype=a.dtype)
+    settings.native_module().gemm(b, a, out_t, True, False, True, _threads())
+    return out_t.T
 
 
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
