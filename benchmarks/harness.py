@@ -20,13 +20,28 @@ import numpy as np
 
 CHECK_TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
 WARM_UP_S = 0.3
-# Idle time before each timed call, not counted: the thread pools of the peer that ran just
-# before go to sleep (libgomp's OpenMP threads, torch's, spin about 300k pause iterations after a
-# parallel region, several ms on this CPU; ONNX Runtime's and fusedrnn's teams spin too), so no
-# library is timed against another one's spinning threads on this 2-core class of machine.  Not
-# longer: after ~20 ms idle every pool has gone to sleep, and waking a sleeping vCPU on these VMs
-# can take several ms, which would then be timed for every library instead.
-SETTLE_S = 0.005
+# Before each timed call (not counted) the process must be quiet: the thread pools of the peer
+# that ran just before may still spin (libgomp's, PyTorch's, for ~12 ms of a core after every
+# call here; Eigen's, fusedrnn's team for a few ms), and on a 2-core machine a call timed against
+# a spinning thread measures that thread.  settle() sleeps SETTLE_S, then waits in windows of
+# QUIET_WINDOW_S until the process used less than QUIET_FRACTION of a core during one, at most
+# SETTLE_MAX_S.  Nothing is changed in any library's own spinning policy.
+SETTLE_S = 0.002
+QUIET_WINDOW_S = 0.001
+QUIET_FRACTION = 0.2
+SETTLE_MAX_S = 0.05
+
+
+def settle() -> float:
+    """Wait until no thread of this process is busy (see above); returns the seconds waited."""
+    begin = time.perf_counter()
+    time.sleep(SETTLE_S)
+    while time.perf_counter() - begin < SETTLE_MAX_S:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(QUIET_WINDOW_S)
+        if time.process_time() - cpu < QUIET_FRACTION * (time.perf_counter() - wall):
+            break
+    return time.perf_counter() - begin
 
 
 def summary(samples: list) -> dict:
@@ -92,7 +107,7 @@ def time_problem(data, mode: str, peers: dict, repeat: int, min_rounds: int, bud
             entry = entries[name]
             if entry["first_call_s"] >= slow_s and len(entry["samples_s"]) >= min_rounds:
                 continue
-            time.sleep(SETTLE_S)
+            entry.setdefault("settle_s", []).append(settle())
             start = time.perf_counter()
             runs[name]()
             entry["samples_s"].append(time.perf_counter() - start)
