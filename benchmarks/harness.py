@@ -28,7 +28,7 @@ WARM_UP_S = 0.3
 # SETTLE_MAX_S.  Nothing is changed in any library's own spinning policy.
 SETTLE_S = 0.002
 QUIET_WINDOW_S = 0.001
-QUIET_FRACTION = 0.2
+QUIET_FRACTION = 0.3
 SETTLE_MAX_S = 0.05
 
 

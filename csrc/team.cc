@@ -30,13 +30,16 @@ inline int64_t now_ns() {
 }
 
 // Waiting policy (measured on 2-vCPU KVM guests: a pause ≈ 70 ns; waking a thread whose vCPU
-// has halted took 60 µs after 5 ms idle and ~3 ms after 25 ms idle; a thread that naps in
-// 100 µs sleeps answers within ~100-200 µs after any idle time, at ~3 % of a core).
+// has halted took 60 µs after 5 ms idle and ~3 ms after 25 ms idle; a thread that naps in short
+// sleeps answers within about one nap after any idle time: 100 µs naps cost ~20 % of a core
+// (each timer wake-up exits to the hypervisor), 1 ms naps ~2 %).
 constexpr int64_t kPauseNs = 30'000;          // spin with pause first
 constexpr int64_t kBarrierSpinNs = 2'000'000;  // then with sched_yield, then sleep
 constexpr int64_t kJobSpinNs = 3'000'000;      // workers between jobs: spin, then
-constexpr int64_t kNapNs = 100'000;            // nap (nanosleep) and look again, until
-constexpr int64_t kNapWindowNs = 100'000'000;  // 0.1 s after the last job, then sleep
+constexpr int64_t kShortNapNs = 100'000;       // nap (nanosleep) and look again,
+constexpr int64_t kShortNapsNs = 10'000'000;   // up to 10 ms after the last job,
+constexpr int64_t kLongNapNs = 1'000'000;      // then in longer naps
+constexpr int64_t kNapWindowNs = 100'000'000;  // up to 0.1 s, then sleep
 constexpr int kClockEvery = 64;                // pauses between clock reads (≈ 4 µs)
 // A job waits for its workers for about a tenth of its estimated one-thread time (flops at
 // ~50 GFLOP/s), within these bounds.
@@ -131,8 +134,8 @@ void Team::wait_for_job(uint64_t seen_generation) {
     const int64_t start = now_ns();
     if (spin_until(posted, start, kJobSpinNs)) return;
     seen_wake = wake_calls_.load(std::memory_order_seq_cst);
-    while (now_ns() - start < kNapWindowNs) {
-      const timespec nap{0, long(kNapNs)};
+    for (int64_t idle = 0; idle < kNapWindowNs; idle = now_ns() - start) {
+      const timespec nap{0, long(idle < kShortNapsNs ? kShortNapNs : kLongNapNs)};
       nanosleep(&nap, nullptr);
       if (posted()) return;
       if (wake_calls_.load(std::memory_order_relaxed) != seen_wake) break;  // a call is coming: spin
@@ -151,7 +154,7 @@ void Team::wait_for_job(uint64_t seen_generation) {
 
 void Team::worker_loop(uint64_t seen) {
 #if defined(__linux__)
-  prctl(PR_SET_TIMERSLACK, 10'000UL);  // naps of kNapNs, not kNapNs + the default 50 µs slack
+  prctl(PR_SET_TIMERSLACK, 10'000UL);  // naps as asked, not 50 µs (the default slack) longer
 #endif
   for (;;) {
     wait_for_job(seen);

@@ -28,6 +28,7 @@ layer 0 ``W_i`` at 0, ``W_f`` at 15, ``R_i`` at 60; pseudo-layer 2 ``W_i`` at
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -138,7 +139,10 @@ def _weight_shapes(config: RNNConfig, layer: int) -> list:
     return shapes
 
 
+@functools.lru_cache(maxsize=256)
 def _compute_regions(config: RNNConfig) -> ParamRegions:
+    """The regions of a configuration (cached: every op call of a model asks for the same few;
+    a frozen dataclass hashes by value).  Read-only by convention."""
     offset = 0
     weights, biases = [], []
     for p in range(config.num_pseudo_layers):

@@ -84,7 +84,13 @@ class ReserveWriter:
         # np.empty, not np.zeros: calloc hands out fresh zero pages, each faulted in while the
         # engines record (about 0.2 ms per MiB); every byte is written below or by the engines
         # except the alignment tail, zeroed here so the buffer's bytes stay deterministic.
-        self.raw = np.empty(nbytes, dtype=np.uint8)
+        # The data part starts on a 64-byte line (the views' sizes keep it for one another when
+        # H·itemsize is a multiple of 64): the native engine's threads write disjoint column
+        # ranges of them every step, which must not share a line (engines.common.aligned_empty).
+        data = HEADER_BYTES + 8 * B
+        padded = np.empty(nbytes + 64, dtype=np.uint8)
+        start = -(padded.ctypes.data + data) % 64
+        self.raw = padded[start:start + nbytes]
         used = HEADER_BYTES + 8 * B + sum(math.prod(shape) for _, shape in
                                           reserve_items(config, T, B, dropout_applied)) * compute.itemsize
         self.raw[used:] = 0

@@ -167,12 +167,37 @@ def assign_2d(dst: np.ndarray, src: np.ndarray) -> None:
         dst[...] = src
 
 
+CACHE_LINE = 64
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose data starts on a 64-byte cache line (NumPy's large
+    arrays start 16 bytes past one).  The native engine's threads write disjoint column ranges
+    of such arrays every step; on a boundary that is not a line boundary both would write one
+    line, which then moves between their cores every step."""
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = dtype.itemsize
+    for dim in shape:
+        nbytes *= int(dim)
+    raw = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
+    start = -raw.ctypes.data % CACHE_LINE
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
+    """A C-contiguous, cache-line aligned copy of ``a`` in ``dtype``."""
+    out = aligned_empty(a.shape, dtype)
+    out[...] = a
+    return out
+
+
 def trace_arrays(out, shapes: list, dtype) -> list:
     """The arrays a forward pass records into: ``out`` (a trace of preallocated arrays with
-    these shapes, e.g. views into a reserve buffer) or fresh ones."""
+    these shapes, e.g. views into a reserve buffer) or fresh, cache-line aligned ones."""
     if out is not None:
         return list(out)
-    return [np.empty(shape, dtype=dtype) for shape in shapes]
+    return [aligned_empty(shape, dtype) for shape in shapes]
 
 
 def freeze(frozen_t: np.ndarray | None, state: np.ndarray, previous: np.ndarray) -> None:

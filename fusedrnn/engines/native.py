@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import settings
 from . import gru, lstm, simple_rnn
-from .common import Linalg, input_projection, trace_arrays
+from .common import Linalg, aligned_copy, aligned_empty, input_projection, trace_arrays
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -83,7 +83,7 @@ def _recording(out, shapes: list, dtype) -> tuple[list, list]:
     """Arrays for the kernel to write (``out``'s own arrays where they are C-contiguous, else
     fresh ones) and the caller's arrays to copy them into afterwards."""
     targets = trace_arrays(out, shapes, dtype)
-    work = [t if t.flags.c_contiguous and t.dtype == dtype else np.empty(t.shape, dtype)
+    work = [t if t.flags.c_contiguous and t.dtype == dtype else aligned_empty(t.shape, dtype)
             for t in targets]
     return work, targets
 
@@ -179,10 +179,10 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
     gates, c_states, co, h_states = (_c(a, dtype) for a in trace)
     T, B = gates.shape[:2]
     H, Hout = c_states.shape[-1], h_states.shape[-1]
-    d_gates = np.empty((T, B, 4 * H), dtype=dtype)
-    dh_total = np.empty((T, B, Hout), dtype=dtype) if w.w_proj is not None else None
-    dh = np.zeros((B, Hout), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
-    dc = np.zeros((B, H), dtype=dtype) if dc_last is None else np.array(dc_last, dtype=dtype, order="C")
+    d_gates = aligned_empty((T, B, 4 * H), dtype)
+    dh_total = aligned_empty((T, B, Hout), dtype) if w.w_proj is not None else None
+    dh = aligned_copy(np.zeros((B, Hout)) if dh_last is None else dh_last, dtype)
+    dc = aligned_copy(np.zeros((B, H)) if dc_last is None else dc_last, dtype)
     peep = w.peepholes if options.use_peephole else None
     native.lstm_backward(gates, c_states, co, h_states, _strided(w.w_recurrent, dtype), _peepholes(peep),
                          _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
@@ -223,9 +223,9 @@ def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
     gates, q_h, h_states = (_c(a, dtype) for a in trace)
     T, B = gates.shape[:2]
     H = h_states.shape[-1]
-    d_a = np.empty((T, B, 3 * H), dtype=dtype)
-    d_q = np.empty((T, B, 3 * H), dtype=dtype)
-    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
+    d_a = aligned_empty((T, B, 3 * H), dtype)
+    d_q = aligned_empty((T, B, 3 * H), dtype)
+    dh = aligned_copy(np.zeros((B, H)) if dh_last is None else dh_last, dtype)
     native.gru_backward(gates, q_h, h_states, _strided(weights.w_recurrent, dtype), _c(dh_steps, dtype),
                         _mask(valid), d_a, d_q, dh, _threads())
     return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, LINALG)
@@ -265,8 +265,8 @@ def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.
     h_states = _c(trace.h, dtype)
     T = h_states.shape[0] - 1
     B, H = h_states.shape[1:]
-    d_pre = np.empty((T, B, H), dtype=dtype)
-    dh = np.zeros((B, H), dtype=dtype) if dh_last is None else np.array(dh_last, dtype=dtype, order="C")
+    d_pre = aligned_empty((T, B, H), dtype)
+    dh = aligned_copy(np.zeros((B, H)) if dh_last is None else dh_last, dtype)
     native.rnn_backward(h_states, _strided(weights.w_recurrent, dtype), activation == "relu",
                         _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
     return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, LINALG)
