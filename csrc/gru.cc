@@ -29,10 +29,15 @@ struct GruForwardJob {
       const T* h_prev_t = a.h + t * B * H;
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const int64_t live = live_rows(valid, B);
       if (n > 0) {
         const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.step(t, T_, j0, j1, a_packs->of(t_id));
-        gemm_panels(B, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
-        for (int64_t b = 0; b < B; ++b) {
+        gemm_panels(live, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
+        for (int64_t b = live; b < B; ++b)  // ended sequences: state kept, trace rows zero
+          for (int64_t u = u0; u < u1; ++u) h_next_t[b * H + u] = h_prev_t[b * H + u];
+        zero_rows(a.gates + t * B * G, live, B, 3, H, u0, u1);
+        zero_rows(a.q_h + t * B * H, live, B, 1, H, u0, u1);
+        for (int64_t b = 0; b < live; ++b) {
           T* qb = q + b * G;
           const T* xg = xg_t + b * G;
           T* g = a.gates + (t * B + b) * G;
@@ -84,12 +89,16 @@ struct GruBackwardJob {
     const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const int64_t live = live_rows(valid, B);
+      zero_rows(a.d_a + t * B * G, live, B, 3, H, u0, u1);  // ended sequences: dh kept
+      zero_rows(a.d_q + t * B * G, live, B, 3, H, u0, u1);
       for (int64_t b = 0; b < B; ++b) {
         T* dh = a.dh + b * H;
         if (a.dh_steps) {
           const T* ds = a.dh_steps + (t * B + b) * H;
           for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
         }
+        if (b >= live) continue;
         const T* g = a.gates + (t * B + b) * G;
         const T *r = g, *ug = g + H, *n = g + 2 * H;
         const T* qh = a.q_h + (t * B + b) * H;
@@ -114,8 +123,8 @@ struct GruBackwardJob {
       }
       sync->wait();
       if (u1 > u0) {
-        gemm_panels(B, a.d_q + t * B * G, G, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
-        for (int64_t b = 0; b < B; ++b) {
+        gemm_panels(live, a.d_q + t * B * G, G, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
+        for (int64_t b = 0; b < live; ++b) {
           const T* ug = a.gates + (t * B + b) * G + H;
           T* dh = a.dh + b * H;
           const T* dp = dh_prev + b * H;

@@ -105,9 +105,19 @@ struct LstmForwardJob {
       const T* xg_t = a.x_gates ? a.x_gates + t * B * G
                                 : n > 0 ? input.step(t, T_, j0, j1, a_packs->of(t_id)) : nullptr;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const int64_t live = live_rows(valid, B);
       if (n > 0) {
-        gemm_panels(B, h_prev, P, rec, j0, j1, g_t, G, a_packs->of(t_id));
-        for (int64_t b = 0; b < B; ++b) {
+        gemm_panels(live, h_prev, P, rec, j0, j1, g_t, G, a_packs->of(t_id));
+        for (int64_t b = live; b < B; ++b) {  // ended sequences: state kept, trace rows zero
+          for (int64_t u = u0; u < u1; ++u) c_next_t[b * H + u] = c_prev_t[b * H + u];
+          if (!a.w_proj)
+            for (int64_t u = u0; u < u1; ++u) h_next[b * P + u] = h_prev[b * P + u];
+        }
+        if (a.keep_trace) {
+          zero_rows(g_t, live, B, 4, H, u0, u1);
+          zero_rows(co_t, live, B, 1, H, u0, u1);
+        }
+        for (int64_t b = 0; b < live; ++b) {
           T* out = a.w_proj ? m + b * H : h_next + b * P;
           gate_math(g_t + b * G, xg_t + b * G, c_prev_t + b * H, c_next_t + b * H,
                     co_t + b * H, out, u0, u1);
@@ -123,7 +133,7 @@ struct LstmForwardJob {
       if (a.w_proj) {
         sync->wait();
         if (p1 > p0) {
-          gemm_panels(B, m, H, proj, q0, q1, h_next, P, a_packs->of(t_id));
+          gemm_panels(live, m, H, proj, q0, q1, h_next, P, a_packs->of(t_id));
           for (int64_t b = 0; b < B; ++b)
             if (valid && !valid[b])
               for (int64_t p = p0; p < p1; ++p) h_next[b * P + p] = h_prev[b * P + p];
@@ -158,6 +168,7 @@ struct LstmBackwardJob {
     const T* wco = a.peep ? a.peep + 2 * H : nullptr;
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const int64_t live = live_rows(valid, B);
       for (int64_t b = 0; b < B; ++b) {  // own emitted columns of dh
         T* dh = a.dh + b * P;
         if (a.dh_steps) {
@@ -172,9 +183,13 @@ struct LstmBackwardJob {
       }
       if (a.w_proj) {
         sync->wait();
-        if (u1 > u0) gemm_panels(B, a.dh, P, proj_t, j0, j1, dm, H, a_packs->of(t_id));
+        if (u1 > u0) gemm_panels(live, a.dh, P, proj_t, j0, j1, dm, H, a_packs->of(t_id));
       }
-      for (int64_t b = 0; b < B; ++b) {
+      zero_rows(a.d_gates + t * B * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
+      if (a.dc_steps)
+        for (int64_t b = live; b < B; ++b)
+          for (int64_t u = u0; u < u1; ++u) a.dc[b * H + u] += a.dc_steps[(t * B + b) * H + u];
+      for (int64_t b = 0; b < live; ++b) {
         const T* g = a.gates + (t * B + b) * G;
         const T *i = g, *f = g + H, *cc = g + 2 * H, *o = g + 3 * H;
         const T* co = a.co + (t * B + b) * H;
@@ -209,8 +224,8 @@ struct LstmBackwardJob {
       }
       sync->wait();
       if (p1 > p0) {
-        gemm_panels(B, a.d_gates + t * B * G, G, rec_t, q0, q1, dh_prev, P, a_packs->of(t_id));
-        for (int64_t b = 0; b < B; ++b) {
+        gemm_panels(live, a.d_gates + t * B * G, G, rec_t, q0, q1, dh_prev, P, a_packs->of(t_id));
+        for (int64_t b = 0; b < live; ++b) {
           if (valid && !valid[b]) continue;
           for (int64_t p = p0; p < p1; ++p) a.dh[b * P + p] = dh_prev[b * P + p];
         }

@@ -33,10 +33,13 @@ struct RnnForwardJob {
       const T* h_prev_t = a.h + t * B * H;
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const int64_t live = live_rows(valid, B);
       if (n > 0) {
         const T* xg_t = a.x_gates ? a.x_gates + t * B * H : input.step(t, T_, j0, j1, a_packs->of(t_id));
-        gemm_panels(B, h_prev_t, H, rec, j0, j1, h_next_t, H, a_packs->of(t_id));
-        for (int64_t b = 0; b < B; ++b) {
+        gemm_panels(live, h_prev_t, H, rec, j0, j1, h_next_t, H, a_packs->of(t_id));
+        for (int64_t b = live; b < B; ++b)  // ended sequences: state kept
+          for (int64_t u = u0; u < u1; ++u) h_next_t[b * H + u] = h_prev_t[b * H + u];
+        for (int64_t b = 0; b < live; ++b) {
           T* hn = h_next_t + b * H;
           const T* xg = xg_t + b * H;
           for (int64_t u = u0; u < u1; ++u) hn[u] += xg[u];
@@ -69,12 +72,15 @@ struct RnnBackwardJob {
     const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const int64_t live = live_rows(valid, B);
+      zero_rows(a.d_pre + t * B * H, live, B, 1, H, u0, u1);  // ended sequences: dh kept
       for (int64_t b = 0; b < B; ++b) {
         T* dh = a.dh + b * H;
         if (a.dh_steps) {
           const T* ds = a.dh_steps + (t * B + b) * H;
           for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
         }
+        if (b >= live) continue;
         const T* h = a.h + ((t + 1) * B + b) * H;
         T* da = a.d_pre + (t * B + b) * H;
         if (a.relu) {
@@ -89,8 +95,8 @@ struct RnnBackwardJob {
       }
       sync->wait();
       if (u1 > u0) {
-        gemm_panels(B, a.d_pre + t * B * H, H, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
-        for (int64_t b = 0; b < B; ++b) {
+        gemm_panels(live, a.d_pre + t * B * H, H, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
+        for (int64_t b = 0; b < live; ++b) {
           if (valid && !valid[b]) continue;
           for (int64_t u = u0; u < u1; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
         }

@@ -254,6 +254,45 @@ def test_traces_interoperate(mode):
         assert_close(reference, mixed, np.float64, f"{f_name} forward, {b_name} backprop")
 
 
+def _batch_permuted(prob, grads, order):
+    """The same problem with its batch rows (and the upstream gradients') in ``order``."""
+    gy, gh, gc = grads
+    take = lambda a: a if a.ndim == 0 else np.ascontiguousarray(a[:, order])  # noqa: E731
+    return (prob._replace(x=take(prob.x), h=take(prob.h), c=take(prob.c), lengths=prob.lengths[order]),
+            (take(gy), take(gh), take(gc)))
+
+
+@pytest.mark.parametrize("backend", ["native", "numpy"])
+@pytest.mark.parametrize("mode,L,D,proj", [("lstm", 2, 2, 0), ("lstm", 1, 1, 3), ("gru", 2, 1, 0),
+                                           ("rnn_tanh", 1, 2, 0), ("rnn_relu", 2, 1, 0)])
+@pytest.mark.parametrize("time_major", [True, False])
+def test_variable_lengths_run_on_the_batch_sorted_by_length(backend, mode, L, D, proj, time_major):
+    """Unsorted lengths run on the batch sorted by decreasing length (stable), rows of ended
+    sequences left out of each step: every result, weight gradients included, is bit-identical
+    to the caller passing that sorted batch, once its rows are put back.  (Dropout masks belong
+    to the caller's positions, so a permuted batch draws different ones: not compared here.)"""
+    lengths = (3, 7, 1, 7, 5, 2, 6, 3, 7)
+    case = Case(mode=mode, num_layers=L, num_dirs=D, batch=len(lengths), max_time=7, num_units=20,
+                input_size=6, num_proj=proj, lengths=lengths)
+    prob = make_problem(case, 8, np.float32)
+    grads = random_like_outputs(case, 9, np.float32)
+    order = np.argsort(-np.array(lengths), kind="stable")
+    sorted_prob, sorted_grads = _batch_permuted(prob, grads, order)
+    with settings.backend(backend):
+        fwd = forward_v3(prob, time_major)
+        back = backprop_v3(prob, fwd, grads, time_major)
+        fwd_s = forward_v3(sorted_prob, time_major)
+        back_s = backprop_v3(sorted_prob, fwd_s, sorted_grads, time_major)
+    rows = lambda a: a if a.ndim == 0 else a[:, order]  # noqa: E731
+    got = [fwd.output, fwd.output_h, fwd.output_c, back[0], back[1], back[2]]
+    want = [fwd_s.output, fwd_s.output_h, fwd_s.output_c, back_s[0], back_s[1], back_s[2]]
+    for k, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(rows(a), b, err_msg=f"result {k}")
+    np.testing.assert_array_equal(back[3], back_s[3], err_msg="params_backprop")
+    valid = np.arange(7)[:, None] < np.array(lengths)[None, :]
+    assert np.all(fwd.output[~valid] == 0)  # padded steps emit zeros, in the caller's rows
+
+
 def test_nonfinite_inputs_propagate_like_numpy():
     for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
         case = Case(mode=mode, batch=3, max_time=4, num_units=5)

@@ -145,6 +145,37 @@ def _result(a: np.ndarray, dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+def _batch_order(problem: _Problem) -> np.ndarray | None:
+    """The batch rows by decreasing length (stable), or None when they are in that order already.
+
+    Both passes run the layers on the sorted batch: at each step the sequences that have ended
+    are then the trailing rows, which the native engine leaves out of the step's GEMM and cell
+    math (a row's result does not depend on the rows computed with it).  The reserve holds the
+    sorted rows; the inputs are gathered into this order and the results scattered back."""
+    lengths = problem.lengths
+    if problem.full_length or bool(np.all(lengths[:-1] >= lengths[1:])):
+        return None
+    return np.argsort(-lengths, kind="stable")
+
+
+def _rows(a: np.ndarray | None, order: np.ndarray | None, axis: int = 1) -> np.ndarray | None:
+    """``a`` with its batch axis in ``order`` (a C-contiguous copy), or ``a`` when order is None."""
+    if a is None or order is None:
+        return a
+    return np.ascontiguousarray(np.take(a, order, axis=axis))
+
+
+def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarray:
+    """Rows of the sorted batch back in the caller's order."""
+    if order is None:
+        return a
+    out = np.empty_like(a)
+    index = [slice(None)] * a.ndim
+    index[axis] = order
+    out[tuple(index)] = a
+    return out
+
+
 def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
     return x if time_major else x.transpose(1, 0, 2)
 
@@ -163,12 +194,14 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     h0 = h.astype(cd, copy=False).reshape(LD, B, Hout)
     c0 = c.astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
     layer_in = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)
+    order = _batch_order(problem)
+    layer_in, h0, c0 = _rows(layer_in, order), _rows(h0, order), _rows(c0, order)
     dropout_applied = is_training and attrs.dropout > 0 and L > 1
     writer = (reserve.ReserveWriter(config, T, B, problem.lengths, dropout_applied, cd, dtype)
               if is_training else None)
     h_final = np.empty((LD, B, Hout), dtype=cd)
     c_final = np.empty((LD, B, H), dtype=cd) if is_lstm else None
-    valid = problem.valid_mask()
+    valid = _rows(problem.valid_mask(), order)
     for layer in range(L):
         if writer is not None and layer < L - 1:
             out = writer.views[f"layer_input_{layer + 1}"]  # the next layer's input, kept for the backprop
@@ -189,9 +222,10 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
                 c_final[p] = trace.c[-1]
         if dropout_applied and layer < L - 1:
             mask = writer.views[f"dropout_mask_{layer + 1}"]
-            mask[...] = _dropout_mask(attrs, layer, out.shape, cd)
+            mask[...] = _rows(_dropout_mask(attrs, layer, out.shape, cd), order)  # drawn in the caller's order
             out *= mask
         layer_in = out
+    layer_in, h_final, c_final = _unsort(layer_in, order), _unsort(h_final, order), _unsort(c_final, order) if is_lstm else None
     output = _result(_to_time_major(layer_in, time_major), dtype)
     output_h = _result(h_final.reshape(problem.state_shape), dtype)
     output_c = _result(c_final.reshape(problem.cell_shape), dtype) if is_lstm else np.zeros((), dtype)
@@ -230,13 +264,15 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
+    order = _batch_order(problem)
     d_out = np.array(_to_time_major(arrays["output_backprop"], time_major), dtype=cd)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
-    valid = problem.valid_mask()
+    d_out, dh_final, dc_final = _rows(d_out, order), _rows(dh_final, order), _rows(dc_final, order)
+    valid = _rows(problem.valid_mask(), order)
     if valid is not None:
         d_out *= valid[:, :, None]
-    x_tm = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)
+    x_tm = _rows(np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd), order)
     grad_flat = np.zeros(config.params_size, dtype=cd)
     dh0 = np.empty((LD, B, Hout), dtype=cd)
     dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
@@ -267,6 +303,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
             d_x = d_in
     if valid is not None:
         d_x *= valid[:, :, None]
+    d_x, dh0, dc0 = _unsort(d_x, order), _unsort(dh0, order), _unsort(dc0, order) if is_lstm else None
     input_backprop = _result(_to_time_major(d_x, time_major), dtype)
     input_h_backprop = _result(dh0.reshape(problem.state_shape), dtype)
     input_c_backprop = _result(dc0.reshape(problem.cell_shape), dtype) if is_lstm else np.zeros((), dtype)
