@@ -21,16 +21,6 @@ inline int team_size(int threads, int64_t blocks) {
   return int(threads < blocks ? threads : blocks);
 }
 
-// Rows [0, live) of a step hold all its valid rows when the invalid ones trail, as in a batch
-// sorted by decreasing length (fusedrnn/cudnn/_stack.py sorts it): the step's GEMMs and cell
-// math run on those rows only, and the trailing rows keep their state.  Each row's result is
-// the same whatever the number of rows computed with it.
-inline int64_t live_rows(const uint8_t* valid, int64_t batch) {
-  if (!valid) return batch;
-  while (batch > 0 && !valid[batch - 1]) --batch;
-  return batch;
-}
-
 // Zeroes units [u0, u1) of `groups` groups of `width` columns in rows [first, last) of a
 // [rows, groups·width] array: the trace and gradient rows of steps a sequence does not have.
 template <class T>

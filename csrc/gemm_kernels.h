@@ -8,6 +8,8 @@
 // it, and whatever the chunking: results are independent of the thread count.
 #pragma once
 
+#include <cstring>
+
 #include "engine.h"
 #include "pack.h"
 
@@ -268,15 +270,29 @@ struct PerThread {
   T* of(int thread) const { return buffer.data + size_t(thread) * stride; }
 };
 
+// Rows [0, live) of a step hold all its valid rows when the invalid ones trail, as in a batch
+// sorted by decreasing length (fusedrnn/cudnn/_stack.py sorts it): the step's GEMMs and cell
+// math run on those rows only, and the trailing rows keep their state.  Each row's result is
+// the same whatever the number of rows computed with it.
+inline int64_t live_rows(const uint8_t* valid, int64_t batch) {
+  if (!valid) return batch;
+  while (batch > 0 && !valid[batch - 1]) --batch;
+  return batch;
+}
+
 // Rows of the input-projection chunks computed inside the time loops: enough rows for the
 // GEMM to run at full speed, few enough that the chunk stays in L2.
 constexpr int64_t kProjectionRows = 128;
 
 // The input projection x_t W + b of a chunk of steps, computed inside a time loop by each thread for
-// its own panels (no barrier: x and W are read-only, each thread writes its own columns).
+// its own panels (no barrier: x and W are read-only, each thread writes its own columns).  With
+// `valid`, only each step's rows up to its last valid one (live_rows) are projected: they are
+// copied together (each thread its own copy) and their projections stored one step after the
+// other, so that step t's rows b < live_rows(t) are at the returned pointer + b · G·H.
 template <class T>
 struct ChunkedProjection {
   const T* x = nullptr;  // [T, B, I]
+  const uint8_t* valid = nullptr;  // [T, B] or null
   int64_t inputs = 0, batch = 0, chunk_steps = 1;
   PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns
   const T* bias = nullptr;   // [G·H]: buffer = x W + bias (NumPy's `out += bias`)
@@ -287,13 +303,32 @@ struct ChunkedProjection {
     const int64_t n = batch > 0 ? (kProjectionRows + batch - 1) / batch : 1;
     return n < steps ? n : (steps > 0 ? steps : 1);
   }
+  // Rows of the chunk's steps [t0, t0 + n) that are projected.
+  int64_t projected_rows(int64_t t0, int64_t n) const {
+    if (!valid) return n * batch;
+    int64_t rows = 0;
+    for (int64_t s = t0; s < t0 + n; ++s) rows += live_rows(valid + s * batch, batch);
+    return rows;
+  }
+
   // x_t W + b for step t (own columns), computing the chunk that starts at t when t is its first.
+  // `work`: ProjectionBuffers::work values of this thread.
   const T* step(int64_t t, int64_t steps, int64_t first, int64_t last, T* work) const {
-    const int64_t in_chunk = t % chunk_steps;
+    const int64_t in_chunk = t % chunk_steps, width = w.groups * w.columns;
     if (in_chunk == 0) {
       const int64_t n = steps - t < chunk_steps ? steps - t : chunk_steps;
-      const int64_t width = w.groups * w.columns, rows = n * batch;
-      gemm_panels(rows, x + t * batch * inputs, inputs, w, first, last, buffer, width, work);
+      const int64_t rows = projected_rows(t, n);
+      const T* rows_x = x + t * batch * inputs;
+      if (valid) {  // the live rows of each step, one after the other
+        T* compact = work + gemm_workspace_values<T>(chunk_steps * batch, inputs);
+        for (int64_t s = t, r = 0; s < t + n; ++s) {
+          const int64_t live = live_rows(valid + s * batch, batch);
+          std::memcpy(compact + r * inputs, x + s * batch * inputs, size_t(live * inputs) * sizeof(T));
+          r += live;
+        }
+        rows_x = compact;
+      }
+      gemm_panels(rows, rows_x, inputs, w, first, last, buffer, width, work);
       const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < w.groups; ++g) {
@@ -304,7 +339,7 @@ struct ChunkedProjection {
             for (int64_t u = u0; u < u1; ++u) row[u] *= scale[g * w.columns + u];
         }
     }
-    return buffer + in_chunk * batch * w.groups * w.columns;
+    return buffer + projected_rows(t - in_chunk, in_chunk) * width;
   }
 
 };
@@ -319,17 +354,19 @@ struct ProjectionBuffers {
   size_t work = 0;
 
   ProjectionBuffers(ChunkedProjection<T>& p, const PackedMatrix<T>& rec, const T* x,
-                    int64_t inputs, int64_t steps, int64_t batch, const T* bias, const T* scale)
+                    int64_t inputs, int64_t steps, int64_t batch, const T* bias, const T* scale,
+                    const uint8_t* valid)
       : packed_w(x ? with_rows(rec, inputs).values() : 0),
         chunk(x ? size_t(ChunkedProjection<T>::steps_per_chunk(steps, batch) * batch * rec.groups *
                          rec.columns)
                 : 0) {
     p.w = with_rows(rec, x ? inputs : 0);
     p.w.data = packed_w.data;
-    p.x = x; p.inputs = inputs; p.batch = batch; p.bias = bias; p.scale = scale;
+    p.x = x; p.valid = valid; p.inputs = inputs; p.batch = batch; p.bias = bias; p.scale = scale;
     p.chunk_steps = ChunkedProjection<T>::steps_per_chunk(steps, batch);
     p.buffer = chunk.data;
-    if (x) work = gemm_workspace_values<T>(p.chunk_steps * batch, inputs);
+    const int64_t rows = p.chunk_steps * batch;
+    if (x) work = gemm_workspace_values<T>(rows, inputs) + (valid ? size_t(rows * inputs) : 0);
   }
 
  private:

@@ -146,7 +146,7 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   job.rec.data = rec.data;
   job.q = q.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
-                                  a.steps, a.batch, a.bias_in, nullptr);
+                                  a.steps, a.batch, a.bias_in, nullptr, a.valid);
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;

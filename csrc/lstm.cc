@@ -262,7 +262,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   job.proj.data = proj.data;
   job.m = m.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
-                                  a.steps, a.batch, a.bias, a.gate_scale);
+                                  a.steps, a.batch, a.bias, a.gate_scale, a.valid);
   const int team = team_size(threads, blocks);
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));

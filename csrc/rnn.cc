@@ -114,7 +114,7 @@ void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
   Buffer<T> rec(job.rec.values());
   job.rec.data = rec.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
-                                  a.steps, a.batch, a.bias, nullptr);
+                                  a.steps, a.batch, a.bias, nullptr, a.valid);
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;

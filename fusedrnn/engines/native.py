@@ -38,7 +38,8 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     float32 / 16 float64 values, zero-padded to a multiple of NR columns), the step buffers
     (``[B, G·H]`` and ``[B, Hout]``) and each thread's packed GEMM operand (``B·4H``).  With
     ``inputs`` (= I): the LSTM forward's in-loop input projection (packed ``W``, a chunk of
-    ``max(128, B)`` rows of ``x W`` and each thread's packed chunk of ``x``) and the backward's
+    ``⌈128/B⌉·B`` rows of ``x W``, each thread's packed chunk of ``x`` and its copy of the
+    chunk's live rows) and the backward's
     weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and a packed 1024-row chunk);
     the largest of the phases counts.  Everything else a call uses is a NumPy array the callers'
     estimates already count (the trace, the gate gradients)."""
@@ -53,8 +54,9 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     loop = (packed + step) * itemsize
     if inputs is None:
         return loop
-    rows = max(128, B)
-    projection = (G * padded(H) * inputs + rows * G * H + threads * rows * inputs) * itemsize
+    rows = -(-128 // B) * B if B else 128  # whole steps of at least 128 rows
+    # per thread: the packed chunk of x and (variable lengths) the chunk's live rows of x
+    projection = (G * padded(H) * inputs + rows * G * H + 2 * threads * rows * inputs) * itemsize
     gemm = max(inputs, Hout) * padded(G * H) * 8 + 1024 * padded(max(G * H, inputs)) * itemsize \
         + threads * 198 * 1024 * itemsize
     return loop + max(projection, gemm)
