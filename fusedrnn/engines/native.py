@@ -131,6 +131,29 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 LINALG = Linalg(gram=_gram, matmul=_matmul)
 
 
+def _live_linalg(valid: np.ndarray | None) -> Linalg:
+    """:data:`LINALG` over the rows ``(t, b)`` of valid steps only (the all-steps products of a
+    backward pass run over the T·B rows in that order).  The other rows' gate gradients are
+    zero, so the weight-gradient sums leave them out (fewer terms, and padding that holds NaN
+    or Inf no longer reaches them, as in cuDNN, which never reads it) and their ``dx`` rows are
+    zero."""
+    if valid is None:
+        return LINALG
+    rows = np.flatnonzero(valid.reshape(-1))
+    if rows.size == valid.size:
+        return LINALG
+
+    def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _gram(a[rows], b[rows])
+
+    def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
+        out[rows] = _matmul(a[rows], b)
+        return out
+
+    return Linalg(gram=gram, matmul=matmul)
+
+
 # ----------------------------------------------------------------------------------------
 # LSTM
 
@@ -190,7 +213,7 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
                          _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
                          _mask(valid), d_gates, dh_total, dh, dc, _threads())
     return lstm.gradients(x, lstm.LSTMTrace(gates, c_states, co, h_states), w, options, d_gates,
-                          dh_total, dh, dc, need_dx, LINALG)
+                          dh_total, dh, dc, need_dx, _live_linalg(valid))
 
 
 # ----------------------------------------------------------------------------------------
@@ -230,7 +253,7 @@ def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
     dh = aligned_copy(np.zeros((B, H)) if dh_last is None else dh_last, dtype)
     native.gru_backward(gates, q_h, h_states, _strided(weights.w_recurrent, dtype), _c(dh_steps, dtype),
                         _mask(valid), d_a, d_q, dh, _threads())
-    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, LINALG)
+    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, _live_linalg(valid))
 
 
 # ----------------------------------------------------------------------------------------
@@ -271,4 +294,4 @@ def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.
     dh = aligned_copy(np.zeros((B, H)) if dh_last is None else dh_last, dtype)
     native.rnn_backward(h_states, _strided(weights.w_recurrent, dtype), activation == "relu",
                         _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
-    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, LINALG)
+    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, _live_linalg(valid))
