@@ -171,7 +171,11 @@ void Team::worker_loop(uint64_t seen) {
       }
     }
     if (index == 0) continue;  // late, or not needed: wait for the next job
-    while (!((roster = roster_.load(std::memory_order_acquire)) & kClosed)) cpu_relax();
+    // The caller closes the roster within its join window; yield meanwhile (more threads than
+    // cores: the caller may need this one's core to get there).
+    const auto closed = [&] { return ((roster = roster_.load(std::memory_order_acquire)) & kClosed) != 0; };
+    while (!spin_until(closed, now_ns(), kBarrierSpinNs)) {
+    }
     const int participants = int(roster & kCountMask) + 1;
     job_(context_, index, participants, &barrier_);
     barrier_.wait();  // the job's end
