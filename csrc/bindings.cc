@@ -84,6 +84,15 @@ bool is_double(const py::object& o) {
 
 int64_t dim(const py::object& o, int axis) { return py::reinterpret_borrow<py::array>(o).shape(axis); }
 
+// The input of a forward time loop: its projection x_gates, or x and W to compute it in the loop.
+template <class T, class Args>
+void set_input(Args& a, const py::object& x_gates, const py::object& x, const py::object& w_in) {
+  a.x_gates = in<T>(x_gates, "x_gates");
+  a.x = in<T>(x, "x");
+  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  a.inputs = x.is_none() ? 0 : dim(x, 2);
+}
+
 template <class T>
 void lstm_forward(py::object x_gates, py::object x, py::object w_in, py::object bias,
                   py::object gate_scale, py::object w_rec, py::object peep, py::object w_proj,
@@ -91,12 +100,9 @@ void lstm_forward(py::object x_gates, py::object x, py::object w_in, py::object 
                   py::object c, py::object co, py::object h, int threads) {
   LstmForwardArgs<T> a{};
   a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(c, 2); a.out_units = dim(h, 2);
-  a.x_gates = in<T>(x_gates, "x_gates");
-  a.x = in<T>(x, "x");
-  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  set_input<T>(a, x_gates, x, w_in);
   a.bias = in<T>(bias, "bias");
   a.gate_scale = in<T>(gate_scale, "gate_scale");
-  a.inputs = x.is_none() ? 0 : dim(x, 2);
   a.w_rec = strided<T>(w_rec, "w_rec");
   a.peep = in<T>(peep, "peep");
   a.w_proj = in<T>(w_proj, "w_proj");
@@ -132,11 +138,8 @@ void gru_forward(py::object x_gates, py::object x, py::object w_in, py::object b
                  py::object q_h, py::object h, int threads) {
   GruForwardArgs<T> a{};
   a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(h, 2);
-  a.x_gates = in<T>(x_gates, "x_gates");
-  a.x = in<T>(x, "x");
-  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  set_input<T>(a, x_gates, x, w_in);
   a.bias_in = in<T>(b_in, "b_in");
-  a.inputs = x.is_none() ? 0 : dim(x, 2);
   a.w_rec = strided<T>(w_rec, "w_rec");
   a.b_rec = in<T>(b_rec, "b_rec");
   a.valid = mask(valid);
@@ -164,11 +167,8 @@ void rnn_forward(py::object x_gates, py::object x, py::object w_in, py::object b
                  py::object w_rec, bool relu, py::object valid, py::object h, int threads) {
   RnnForwardArgs<T> a{};
   a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(h, 2);
-  a.x_gates = in<T>(x_gates, "x_gates");
-  a.x = in<T>(x, "x");
-  if (!w_in.is_none()) a.w_in = strided<T>(w_in, "w_in");
+  set_input<T>(a, x_gates, x, w_in);
   a.bias = in<T>(bias, "bias");
-  a.inputs = x.is_none() ? 0 : dim(x, 2);
   a.w_rec = strided<T>(w_rec, "w_rec");
   a.relu = relu;
   a.valid = mask(valid);

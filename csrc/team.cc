@@ -115,12 +115,16 @@ void Team::ensure_workers(int count) {
   }
 }
 
-void Team::wake() {
-  wake_calls_.fetch_add(1, std::memory_order_seq_cst);
+void Team::notify_sleepers() {
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(sleep_mutex_); }
     news_.notify_all();
   }
+}
+
+void Team::wake() {
+  wake_calls_.fetch_add(1, std::memory_order_seq_cst);
+  notify_sleepers();
 }
 
 void Team::wait_for_job(uint64_t seen_generation) {
@@ -195,10 +199,7 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
   wanted_workers_.store(threads - 1, std::memory_order_relaxed);
   const uint64_t generation = (roster_.load(std::memory_order_relaxed) >> 32) + 1;
   roster_.store(generation << 32, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    { std::lock_guard<std::mutex> lock(sleep_mutex_); }
-    news_.notify_all();
-  }
+  notify_sleepers();
   int64_t window = flops / 500;  // ns: a tenth of the time at ~50 GFLOP/s
   window = window < kJoinMinNs ? kJoinMinNs : window > kJoinMaxNs ? kJoinMaxNs : window;
   uint64_t roster = roster_.load(std::memory_order_acquire);

@@ -53,6 +53,7 @@ class Team {
   void ensure_workers(int count);
   void worker_loop(uint64_t seen_generation);
   void wait_for_job(uint64_t seen_generation);  // returns when a job of a newer generation is posted
+  void notify_sleepers();  // wakes workers asleep on news_ (after the seq_cst store they wait for)
 
   // The roster of the current job, one word: generation << 32 | closed << 31 | workers joined.
   // A worker joins only a roster of the generation it saw and only while it is open; the caller

@@ -159,10 +159,11 @@ def _batch_order(problem: _Problem) -> np.ndarray | None:
 
 
 def _rows(a: np.ndarray | None, order: np.ndarray | None, axis: int = 1) -> np.ndarray | None:
-    """``a`` with its batch axis in ``order`` (a C-contiguous copy), or ``a`` when order is None."""
+    """``a`` with its batch axis in ``order`` (a fresh C-contiguous array: np.take gathers into
+    one), or ``a`` itself when order is None."""
     if a is None or order is None:
         return a
-    return np.ascontiguousarray(np.take(a, order, axis=axis))
+    return np.take(a, order, axis=axis)
 
 
 def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarray:
@@ -193,9 +194,10 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
     h0 = h.astype(cd, copy=False).reshape(LD, B, Hout)
     c0 = c.astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
-    layer_in = np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd)
     order = _batch_order(problem)
-    layer_in, h0, c0 = _rows(layer_in, order), _rows(h0, order), _rows(c0, order)
+    # one copy at most: the gather (sorted batch) or the layout/dtype conversion
+    layer_in = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
+    h0, c0 = _rows(h0, order), _rows(c0, order)
     dropout_applied = is_training and attrs.dropout > 0 and L > 1
     writer = (reserve.ReserveWriter(config, T, B, problem.lengths, dropout_applied, cd, dtype)
               if is_training else None)
@@ -265,14 +267,16 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     LD = L * D
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
     order = _batch_order(problem)
-    d_out = np.array(_to_time_major(arrays["output_backprop"], time_major), dtype=cd)
+    d_out = _to_time_major(arrays["output_backprop"], time_major)
+    # a copy of our own (masked in place below): the gather when sorting, else np.array's
+    d_out = np.array(d_out, dtype=cd) if order is None else _rows(d_out, order).astype(cd, copy=False)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
-    d_out, dh_final, dc_final = _rows(d_out, order), _rows(dh_final, order), _rows(dc_final, order)
+    dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
     valid = _rows(problem.valid_mask(), order)
     if valid is not None:
         d_out *= valid[:, :, None]
-    x_tm = _rows(np.ascontiguousarray(_to_time_major(x, time_major), dtype=cd), order)
+    x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
     grad_flat = np.zeros(config.params_size, dtype=cd)
     dh0 = np.empty((LD, B, Hout), dtype=cd)
     dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
