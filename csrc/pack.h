@@ -27,6 +27,100 @@ struct PackedMatrix {
   T* panel(int64_t g, int64_t j) const { return data + ((g * panels() + j) * panel_rows()) * nr; }
 };
 
+// One panel from contiguous columns: dst[k · NR + c] = column_c[k] (· scale[c]) for the
+// `width` columns column_c = first + c · col_stride, zeros in the columns past `width`.  Tiles of
+// kTile columns × kTile rows are transposed in registers where the ISA has it (the values and
+// their products are those of the scalar loop: only the order of the stores differs).
+template <class T>
+inline void pack_columns_scalar(const T* first, int64_t col_stride, int64_t k_begin, int64_t k_end,
+                                int64_t c_begin, int64_t c_end, const T* scale, T* dst) {
+  constexpr int nr = PackedMatrix<T>::nr;
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    const T* column = first + c * col_stride;
+    if (scale) {
+      for (int64_t k = k_begin; k < k_end; ++k) dst[k * nr + c] = column[k] * scale[c];
+    } else {
+      for (int64_t k = k_begin; k < k_end; ++k) dst[k * nr + c] = column[k];
+    }
+  }
+}
+
+#if FUSEDRNN_VECTOR_BYTES >= 32
+// 8 × 8 floats / 4 × 4 doubles: rows[i] holds column c0 + i at k0 ... ; after the transpose
+// rows[j] holds row k0 + j at columns c0 ... (AVX2 instructions: the AVX-512 build uses them too).
+inline void transpose_tile(__m256 rows[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(rows[0], rows[1]), t1 = _mm256_unpackhi_ps(rows[0], rows[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(rows[2], rows[3]), t3 = _mm256_unpackhi_ps(rows[2], rows[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(rows[4], rows[5]), t5 = _mm256_unpackhi_ps(rows[4], rows[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(rows[6], rows[7]), t7 = _mm256_unpackhi_ps(rows[6], rows[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  rows[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  rows[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  rows[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  rows[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  rows[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  rows[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  rows[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  rows[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+inline void transpose_tile(__m256d rows[4]) {
+  const __m256d t0 = _mm256_unpacklo_pd(rows[0], rows[1]), t1 = _mm256_unpackhi_pd(rows[0], rows[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(rows[2], rows[3]), t3 = _mm256_unpackhi_pd(rows[2], rows[3]);
+  rows[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+  rows[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+  rows[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+  rows[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+template <class T> struct Tile;
+template <> struct Tile<float> {
+  using reg = __m256;
+  static constexpr int size = 8;
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static reg scaled(reg v, float s) { return _mm256_mul_ps(v, _mm256_set1_ps(s)); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+};
+template <> struct Tile<double> {
+  using reg = __m256d;
+  static constexpr int size = 4;
+  static reg load(const double* p) { return _mm256_loadu_pd(p); }
+  static reg scaled(reg v, double s) { return _mm256_mul_pd(v, _mm256_set1_pd(s)); }
+  static void store(double* p, reg v) { _mm256_storeu_pd(p, v); }
+};
+#endif
+
+template <class T>
+void pack_columns(const T* first, int64_t col_stride, int64_t rows, int64_t width, const T* scale,
+                  T* dst) {
+  constexpr int nr = PackedMatrix<T>::nr;
+  int64_t tiled_columns = 0;
+#if FUSEDRNN_VECTOR_BYTES >= 32
+  using tile = Tile<T>;
+  constexpr int S = tile::size;
+  tiled_columns = width / S * S;
+  const int64_t tiled_rows = rows / S * S;
+  for (int64_t c0 = 0; c0 < tiled_columns; c0 += S) {
+    for (int64_t k0 = 0; k0 < tiled_rows; k0 += S) {
+      typename tile::reg r[S];
+      for (int i = 0; i < S; ++i) {
+        r[i] = tile::load(first + (c0 + i) * col_stride + k0);
+        if (scale) r[i] = tile::scaled(r[i], scale[c0 + i]);
+      }
+      transpose_tile(r);
+      for (int j = 0; j < S; ++j) tile::store(dst + (k0 + j) * nr + c0, r[j]);
+    }
+  }
+  pack_columns_scalar(first, col_stride, tiled_rows, rows, 0, tiled_columns, scale, dst);
+#endif
+  pack_columns_scalar(first, col_stride, 0, rows, tiled_columns, width, scale, dst);
+  for (int64_t c = width; c < nr; ++c)
+    for (int64_t k = 0; k < rows; ++k) dst[k * nr + c] = T(0);
+}
+
 // Packs panels j in [first, last) of every group (each thread packs the panels it computes);
 // `column_scale` (length G·N, or null) multiplies column n's values as they are packed.
 template <class T>
@@ -40,19 +134,15 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
       const int64_t width = m.columns - n0 < nr ? m.columns - n0 : nr;
       if (row_stride == 1 && col_stride != 1) {
         // B's columns are contiguous (a transposed view): read each column once, in order.
-        for (int64_t c = 0; c < nr; ++c) {
-          if (c >= width) {
-            for (int64_t k = 0; k < m.rows; ++k) dst[k * nr + c] = T(0);
-            continue;
-          }
-          const T* column = src + (g * m.columns + n0 + c) * col_stride;
-          if (column_scale) {
-            const T scale = column_scale[g * m.columns + n0 + c];
-            for (int64_t k = 0; k < m.rows; ++k) dst[k * nr + c] = column[k] * scale;
-          } else {
-            for (int64_t k = 0; k < m.rows; ++k) dst[k * nr + c] = column[k];
-          }
-        }
+        const T* first_column = src + (g * m.columns + n0) * col_stride;
+        const T* scale = column_scale ? column_scale + g * m.columns + n0 : nullptr;
+        pack_columns(first_column, col_stride, m.rows, width, scale, dst);
+        continue;
+      }
+      if (col_stride == 1 && width == nr && !column_scale) {
+        // contiguous rows, a full panel: NR values per row copied as they are
+        for (int64_t k = 0; k < m.rows; ++k)
+          std::memcpy(dst + k * nr, src + k * row_stride + g * m.columns + n0, nr * sizeof(T));
         continue;
       }
       for (int64_t k = 0; k < m.rows; ++k) {
