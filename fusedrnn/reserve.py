@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from .engines.buffers import aligned_empty
 from .layout import RNN_MODES, RNNConfig
 
 MAGIC = int.from_bytes(b"FRNNRSV1", "little")
@@ -81,15 +82,15 @@ class ReserveWriter:
                  dropout_applied: bool, compute: np.dtype, dtype: np.dtype):
         nbytes = reserve_nbytes(config, T, B, dropout_applied, compute)
         nbytes += (-nbytes) % dtype.itemsize
-        # np.empty, not np.zeros: calloc hands out fresh zero pages, each faulted in while the
+        # not zeros: calloc hands out fresh zero pages, each faulted in while the
         # engines record (about 0.2 ms per MiB); every byte is written below or by the engines
         # except the alignment tail, zeroed here so the buffer's bytes stay deterministic.
         # The data part starts on a 64-byte line (the views' sizes keep it for one another when
         # H·itemsize is a multiple of 64): the native engine's threads write disjoint column
         # ranges of them every step, which must not share a line (engines.common.aligned_empty).
         data = HEADER_BYTES + 8 * B
-        padded = np.empty(nbytes + 64, dtype=np.uint8)
-        start = -(padded.ctypes.data + data) % 64
+        padded = aligned_empty(nbytes + 64, np.uint8)  # recycled across calls (engines.buffers)
+        start = -data % 64
         self.raw = padded[start:start + nbytes]
         used = HEADER_BYTES + 8 * B + sum(math.prod(shape) for _, shape in
                                           reserve_items(config, T, B, dropout_applied)) * compute.itemsize

@@ -16,7 +16,7 @@ from ..engines import gru as gru_engine
 from ..engines import lstm as lstm_engine
 from ..engines import native as native_engine
 from ..engines import simple_rnn as rnn_engine
-from ..engines.common import assign_2d
+from ..engines.common import aligned_copy, aligned_empty, aligned_zeros, assign_2d
 from ..layout import RNNConfig
 from ..validate import compute_dtype, float_arrays, shape_str
 from ._resolve import _Attrs, _Problem, _resolve
@@ -208,7 +208,7 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
         if writer is not None and layer < L - 1:
             out = writer.views[f"layer_input_{layer + 1}"]  # the next layer's input, kept for the backprop
         else:
-            out = np.empty((T, B, D * Hout), dtype=cd)
+            out = aligned_empty((T, B, D * Hout), cd)
         for d in range(D):
             p = layer * D + d
             weights = _engine_weights(config, flat, p)
@@ -268,8 +268,8 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
     order = _batch_order(problem)
     d_out = _to_time_major(arrays["output_backprop"], time_major)
-    # a copy of our own (masked in place below): the gather when sorting, else np.array's
-    d_out = np.array(d_out, dtype=cd) if order is None else _rows(d_out, order).astype(cd, copy=False)
+    # a copy of our own (masked in place below): the gather when sorting, else aligned_copy's
+    d_out = aligned_copy(d_out, cd) if order is None else _rows(d_out, order).astype(cd, copy=False)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
     dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
@@ -277,12 +277,12 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     if valid is not None:
         d_out *= valid[:, :, None]
     x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
-    grad_flat = np.zeros(config.params_size, dtype=cd)
+    grad_flat = aligned_zeros(config.params_size, cd)
     dh0 = np.empty((LD, B, Hout), dtype=cd)
     dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
     for layer in range(L - 1, -1, -1):
         layer_in = x_tm if layer == 0 else views[f"layer_input_{layer}"]
-        d_in = np.zeros(layer_in.shape, dtype=cd)
+        d_in = aligned_zeros(layer_in.shape, cd)
         for d in range(D):
             p = layer * D + d
             weights = _engine_weights(config, flat, p)

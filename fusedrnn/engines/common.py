@@ -13,6 +13,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .buffers import CACHE_LINE, aligned_copy, aligned_empty, aligned_zeros  # noqa: F401 (re-exported)
+
 
 def sigmoid(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Logistic function, overflow-free: σ(z) = (1 + tanh(z / 2)) / 2."""
@@ -165,31 +167,6 @@ def assign_2d(dst: np.ndarray, src: np.ndarray) -> None:
         native.copy_2d(dst, src)
     else:
         dst[...] = src
-
-
-CACHE_LINE = 64
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)`` whose data starts on a 64-byte cache line (NumPy's large
-    arrays start 16 bytes past one).  The native engine's threads write disjoint column ranges
-    of such arrays every step; on a boundary that is not a line boundary both would write one
-    line, which then moves between their cores every step."""
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    nbytes = dtype.itemsize
-    for dim in shape:
-        nbytes *= int(dim)
-    raw = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
-    start = -raw.ctypes.data % CACHE_LINE
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
-def aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
-    """A C-contiguous, cache-line aligned copy of ``a`` in ``dtype``."""
-    out = aligned_empty(a.shape, dtype)
-    out[...] = a
-    return out
 
 
 def trace_arrays(out, shapes: list, dtype) -> list:

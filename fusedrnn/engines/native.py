@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import settings
 from . import gru, lstm, simple_rnn
-from .common import Linalg, aligned_copy, aligned_empty, input_projection, trace_arrays
+from .common import Linalg, aligned_copy, aligned_empty, aligned_zeros, input_projection, trace_arrays
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -113,7 +113,7 @@ def _gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     view; the same products summed in the same order, so the same bits): the weight gradients
     go into the cuDNN layout ``[G·H, in]``, which is that array's layout, by a contiguous copy."""
     a, b = _c(a, a.dtype), _c(b, a.dtype)
-    out_t = np.empty((b.shape[1], a.shape[1]), dtype=a.dtype)
+    out_t = aligned_empty((b.shape[1], a.shape[1]), a.dtype)
     settings.native_module().gemm(b, a, out_t, True, False, True, _threads())
     return out_t.T
 
@@ -121,7 +121,7 @@ def _gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` on the engine's team (``b`` may be the transpose of a C-contiguous array)."""
     a = _c(a, a.dtype)
-    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+    out = aligned_empty((a.shape[0], b.shape[1]), a.dtype)
     transposed = not b.flags.c_contiguous and b.T.flags.c_contiguous and b.dtype == a.dtype
     settings.native_module().gemm(a, b.T if transposed else _c(b, a.dtype), out, False, transposed,
                                   False, _threads())
@@ -147,7 +147,7 @@ def _live_linalg(valid: np.ndarray | None) -> Linalg:
         return _gram(a[rows], b[rows])
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        out = np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
+        out = aligned_zeros((a.shape[0], b.shape[1]), a.dtype)
         out[rows] = _matmul(a[rows], b)
         return out
 
