@@ -64,8 +64,9 @@ def available_memory() -> int | None:
 SMALL_CALL_BYTES = 64 * 2**20
 
 
-def ensure_fits(nbytes: int, op: str, detail: str) -> None:
-    """Raise MemoryError if ``nbytes`` (an estimate) exceeds the available memory.
+def ensure_fits(nbytes: int, op: str, detail) -> None:
+    """Raise MemoryError if ``nbytes`` (an estimate) exceeds the available memory; ``detail``
+    (the shapes, for the message) is a string or a function that returns one.
 
     Calls estimated below ``SMALL_CALL_BYTES`` skip the (file-reading) lookup of the available
     memory, unless ``FUSEDRNN_MEMORY_LIMIT`` is set.
@@ -74,6 +75,7 @@ def ensure_fits(nbytes: int, op: str, detail: str) -> None:
         return
     available = available_memory()
     if available is not None and nbytes > available:
+        detail = detail() if callable(detail) else detail
         raise MemoryError(f"{op} needs about {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) for {detail}, "
                           f"but only {available:,} bytes are available")
 

@@ -25,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import fusedrnn  # noqa: E402
+from fusedrnn.engines import buffers  # noqa: E402
 from tests.fuzz import cases  # noqa: E402
 
 F32 = np.float32
@@ -386,6 +387,7 @@ def test_estimate_covers_the_real_peak(op, dtype, monkeypatch):
     call = cases.build(op, dtype, cfg, seed=0)
     seen = []
     monkeypatch.setattr(fusedrnn.resources, "ensure_fits", lambda nbytes, *a, **k: seen.append(nbytes))
+    buffers.clear_pool()  # blocks recycled from earlier calls would not count as allocations
     tracemalloc.start()
     try:
         cases.invoke(call)

@@ -8,6 +8,7 @@ in the docstrings of this package) are in the docstring of :mod:`fusedrnn.cudnn`
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +29,22 @@ class _Attrs(NamedTuple):
 
 
 def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj=0) -> _Attrs:
+    """The checked attributes (cached by the values and their types: a model passes the same
+    few; values that cannot be hashed, e.g. rank-0 arrays, are parsed every time)."""
+    key = tuple((type(v), v) for v in (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj))
+    try:
+        hash(key)
+    except TypeError:
+        return _parse_attrs(*(v for _, v in key))
+    return _cached_attrs(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_attrs(key: tuple) -> _Attrs:
+    return _parse_attrs(*(v for _, v in key))
+
+
+def _parse_attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj=0) -> _Attrs:
     rnn_mode = choice_attr(rnn_mode, "rnn_mode", layout.RNN_MODES)
     input_mode = choice_attr(input_mode, "input_mode", layout.INPUT_MODES)
     direction = choice_attr(direction, "direction", layout.DIRECTIONS)
@@ -84,61 +101,70 @@ def _state_shape(time_major: bool, LD: int, B: int, width: int) -> tuple:
 def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool, fits=None) -> _Problem:
     """Derive and check every dimension.  ``fits(problem)`` (the memory estimate) runs before
     anything proportional to the batch is allocated (the lengths vector)."""
-    if x.ndim != 3:
-        raise ValueError(f"RNN input must be a 3-D vector. input has shape {shape_str(x.shape)}")
-    if h.ndim != 3:
-        raise ValueError(f"RNN input_h must be a 3-D vector. input_h has shape {shape_str(h.shape)}")
-    T, B = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
-    I = x.shape[2]
+    problem = _resolve_shapes(attrs, x.shape, h.shape, c.shape if attrs.rnn_mode == "lstm" else None,
+                              params.shape, time_major)
+    if fits is not None:
+        fits(problem)
+    lengths = _lengths(sequence_lengths, problem.T, problem.B)
+    return problem._replace(lengths=lengths, full_length=bool(lengths.min(initial=problem.T) == problem.T))
+
+
+@functools.lru_cache(maxsize=512)
+def _resolve_shapes(attrs: _Attrs, x_shape: tuple, h_shape: tuple, c_shape: tuple | None,
+                    params_shape: tuple, time_major: bool) -> _Problem:
+    """The shape checks and derived dimensions of :func:`_resolve` (cached: a model calls an op
+    with the same few shapes; a check that fails raises and is not cached), lengths not set."""
+    if len(x_shape) != 3:
+        raise ValueError(f"RNN input must be a 3-D vector. input has shape {shape_str(x_shape)}")
+    if len(h_shape) != 3:
+        raise ValueError(f"RNN input_h must be a 3-D vector. input_h has shape {shape_str(h_shape)}")
+    T, B = (x_shape[0], x_shape[1]) if time_major else (x_shape[1], x_shape[0])
+    I = x_shape[2]
     D = attrs.num_dirs
-    LD = h.shape[0] if time_major else h.shape[1]
+    LD = h_shape[0] if time_major else h_shape[1]
     L = LD // D
-    Hout = h.shape[2]
+    Hout = h_shape[2]
     expected_h = _state_shape(time_major, L * D, B, Hout)
-    if tuple(h.shape) != expected_h:
-        raise ValueError(f"Invalid input_h shape: {shape_str(h.shape)} {shape_str(expected_h)} "
+    if tuple(h_shape) != expected_h:
+        raise ValueError(f"Invalid input_h shape: {shape_str(h_shape)} {shape_str(expected_h)} "
                          f"(expected [{'num_layers*dirs, batch' if time_major else 'batch, num_layers*dirs'}, "
                          f"num_units] with {D} direction(s) and batch {B})")
     if L < 1:
-        raise ValueError(f"input_h must hold at least one layer: input_h has shape {shape_str(h.shape)}, "
+        raise ValueError(f"input_h must hold at least one layer: input_h has shape {shape_str(h_shape)}, "
                          f"{'dim 0' if time_major else 'dim 1'} must be a positive multiple of {D}")
     H = Hout
     cell_shape = None
     if attrs.rnn_mode == "lstm":
-        if c.ndim != 3:
-            raise ValueError(f"RNN input_c must be a 3-D vector. input_c has shape {shape_str(c.shape)}")
+        if len(c_shape) != 3:
+            raise ValueError(f"RNN input_c must be a 3-D vector. input_c has shape {shape_str(c_shape)}")
         if attrs.num_proj == 0:
-            if c.shape != h.shape:
+            if c_shape != h_shape:
                 raise ValueError("input_h and input_c must have the same shape w/o projection: "
-                                 f"{shape_str(h.shape)} {shape_str(c.shape)}")
+                                 f"{shape_str(h_shape)} {shape_str(c_shape)}")
         else:
-            if not (Hout == attrs.num_proj and Hout <= c.shape[2] and c.shape[:2] == h.shape[:2]):
+            if not (Hout == attrs.num_proj and Hout <= c_shape[2] and c_shape[:2] == h_shape[:2]):
                 raise ValueError("Invalid input_h and input_c w/ projection size: "
-                                 f"{attrs.num_proj} {shape_str(h.shape)} {shape_str(c.shape)} "
+                                 f"{attrs.num_proj} {shape_str(h_shape)} {shape_str(c_shape)} "
                                  f"(input_h must be [.., .., num_proj], input_c [.., .., num_units] "
                                  "with the same first two dims)")
-            H = c.shape[2]
-        cell_shape = tuple(c.shape)
+            H = c_shape[2]
+        cell_shape = tuple(c_shape)
     if T < 1:
-        raise ValueError(f"max_seq_length <= 0: input has shape {shape_str(x.shape)} "
+        raise ValueError(f"max_seq_length <= 0: input has shape {shape_str(x_shape)} "
                          f"({'dim 0' if time_major else 'dim 1'} is the time axis)")
     if I < 1:
-        raise ValueError(f"input_size must be >= 1: input has shape {shape_str(x.shape)} (dim 2 is input_size)")
+        raise ValueError(f"input_size must be >= 1: input has shape {shape_str(x_shape)} (dim 2 is input_size)")
     if H < 1:
-        raise ValueError(f"num_units must be >= 1: input_h has shape {shape_str(h.shape)} (dim 2 is num_units)")
+        raise ValueError(f"num_units must be >= 1: input_h has shape {shape_str(h_shape)} (dim 2 is num_units)")
     config = _make_config(attrs, L, H, I)
-    if params.ndim != 1:
-        raise ValueError(f"params must be a 1-D vector, got shape {shape_str(params.shape)}")
-    if params.shape[0] != config.params_size:
-        raise ValueError(f"params size mismatch: expected {config.params_size}, got {params.shape[0]} "
+    if len(params_shape) != 1:
+        raise ValueError(f"params must be a 1-D vector, got shape {shape_str(params_shape)}")
+    if params_shape[0] != config.params_size:
+        raise ValueError(f"params size mismatch: expected {config.params_size}, got {params_shape[0]} "
                          f"for {config.describe()}")
     out_width = D * config.hidden_out
     output_shape = (T, B, out_width) if time_major else (B, T, out_width)
-    problem = _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, None, True)
-    if fits is not None:
-        fits(problem)
-    lengths = _lengths(sequence_lengths, T, B)
-    return problem._replace(lengths=lengths, full_length=bool(np.all(lengths == T)))
+    return _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, None, True)
 
 
 def _lengths(sequence_lengths, T: int, B: int):
@@ -149,8 +175,7 @@ def _lengths(sequence_lengths, T: int, B: int):
         raise ValueError(f"sequence_lengths must be a vector of batch_size={B} lengths, got shape "
                          f"{shape_str(lengths.shape)}")
     lengths = lengths.astype(np.int64)
-    bad = np.flatnonzero((lengths < 1) | (lengths > T))
-    if bad.size:
-        b = int(bad[0])
+    if B and not (1 <= lengths.min() and lengths.max() <= T):
+        b = int(np.flatnonzero((lengths < 1) | (lengths > T))[0])
         raise ValueError(f"sequence_lengths[{b}] = {int(lengths[b])} is outside [1, {T}]")
     return lengths

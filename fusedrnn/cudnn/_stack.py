@@ -9,9 +9,11 @@ dropout rule ("module doc" below) are in the docstring of :mod:`fusedrnn.cudnn`.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from .. import engines, layout, reserve, resources
+from .. import engines, layout, reserve, resources, settings
 from ..engines import gru as gru_engine
 from ..engines import lstm as lstm_engine
 from ..engines import native as native_engine
@@ -115,7 +117,13 @@ def _dropout_mask(attrs: _Attrs, layer: int, shape: tuple, dtype) -> np.ndarray:
 def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, training: bool,
                      backward: bool) -> int:
     """Upper estimate of what one forward or backward call allocates."""
-    config, T, B = problem.config, problem.T, problem.B
+    return _estimate(problem.config, problem.T, problem.B, compute, dtype, training, backward,
+                     settings.get_num_threads())
+
+
+@functools.lru_cache(maxsize=512)
+def _estimate(config: RNNConfig, T: int, B: int, compute: np.dtype, dtype: np.dtype, training: bool,
+              backward: bool, threads: int) -> int:
     G, H, Hout, D = config.num_gates, config.num_units, config.hidden_out, config.num_dirs
     width = max(config.input_size, D * Hout)
     one_trace = [shape for _, shape in reserve.trace_items(config.rnn_mode, T, B, H, Hout)]
@@ -126,13 +134,14 @@ def _estimate_nbytes(problem: _Problem, compute: np.dtype, dtype: np.dtype, trai
     if training or backward:
         total += reserve.reserve_nbytes(config, T, B, config.num_layers > 1, compute)
     return total + native_engine.workspace_nbytes(config.rnn_mode, B, H, Hout, compute.itemsize,
-                                                  inputs=max(config.input_size, D * Hout))
+                                                  inputs=max(config.input_size, D * Hout), threads=threads)
 
 
 def _ensure_fits(problem: _Problem, compute, dtype, training: bool, backward: bool, op: str) -> None:
     nbytes = _estimate_nbytes(problem, compute, dtype, training, backward)
-    resources.ensure_fits(nbytes, op, f"input shape {shape_str(problem.output_shape[:2] + (problem.config.input_size,))} "
-                          f"with {problem.config.describe()}")
+    resources.ensure_fits(nbytes, op, lambda: (
+        f"input shape {shape_str(problem.output_shape[:2] + (problem.config.input_size,))} "
+        f"with {problem.config.describe()}"))
 
 
 # --------------------------------------------------------------------------------------

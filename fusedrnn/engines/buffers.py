@@ -20,6 +20,8 @@ own workspaces are recycled the same way in C++ (``csrc/workspace.cc``).
 from __future__ import annotations
 
 import collections
+import ctypes
+import math
 import os
 import threading
 
@@ -116,15 +118,21 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+def _address(raw: np.ndarray) -> int:
+    """The address of a writable array's data (0.7 µs; ``raw.ctypes.data`` takes 3 µs)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(raw))
+
+
 class _Lease:
     """Owner of one pooled block while arrays refer to it (their ``base``)."""
 
     __slots__ = ("_raw", "__array_interface__")
 
-    def __init__(self, raw: np.ndarray, offset: int, shape: tuple, dtype: np.dtype):
+    def __init__(self, raw: np.ndarray, shape: tuple, dtype: np.dtype):
         self._raw = raw
-        self.__array_interface__ = {"data": (raw.ctypes.data + offset, False), "shape": shape,
-                                    "typestr": dtype.str, "version": 3}
+        address = _address(raw)
+        self.__array_interface__ = {"data": (address - address % -CACHE_LINE, False),
+                                    "shape": shape, "typestr": dtype.str, "version": 3}
 
     def __del__(self):
         pool = _pool
@@ -139,16 +147,12 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     boundary that is not a line boundary both would write one line, which then moves between
     their cores every step."""
     dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
-    nbytes = dtype.itemsize
-    for dim in shape:
-        nbytes *= dim
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < POOL_MIN_BYTES:
         raw = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
-        start = -raw.ctypes.data % CACHE_LINE
-        return raw[start:start + nbytes].view(dtype).reshape(shape)
-    raw = _pool.take(nbytes)
-    return np.asarray(_Lease(raw, -raw.ctypes.data % CACHE_LINE, shape, dtype))
+        return np.ndarray(shape, dtype, raw, -_address(raw) % CACHE_LINE)
+    return np.asarray(_Lease(_pool.take(nbytes), shape, dtype))
 
 
 def aligned_zeros(shape, dtype) -> np.ndarray:

@@ -22,6 +22,8 @@ kernels, it treats the clip as the identity (straight-through).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -96,11 +98,14 @@ def ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
                             bias=bias)
 
 
+@functools.lru_cache(maxsize=64)
 def gate_scale(H: int, dtype) -> np.ndarray:
     """Column scale [0.5 (i, f), 1 (c), 0.5 (o)]: with the sigmoid gates' pre-activations halved
-    (exactly: a power of two), one tanh over all gates gives σ(z) = (1 + tanh(z / 2)) / 2."""
+    (exactly: a power of two), one tanh over all gates gives σ(z) = (1 + tanh(z / 2)) / 2.
+    Cached, hence read-only."""
     scale = np.full(4 * H, 0.5, dtype=dtype)
     scale[2 * H:3 * H] = 1
+    scale.flags.writeable = False
     return scale
 
 
