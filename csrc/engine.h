@@ -134,7 +134,7 @@ struct GemmArgs {
 };
 
 // One instruction set's kernels.  `threads` is the team size asked for; results do not depend
-// on it (each thread owns whole output columns, no reduction is split).
+// on it (each thread owns whole output rows or columns, no reduction is split).
 struct EngineTable {
   const char* name;
   int panel_width_float, panel_width_double;  // NR of the packed GEMM panels

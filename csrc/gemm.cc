@@ -1,11 +1,13 @@
 // The large GEMMs of a pseudo-layer (weight gradients, input gradients) on the engine's team:
 // C[M, N] = A[M, K] · B[K, N], A and B read through strides (so Aᵀ and Bᵀ need no copy).
 //
-// Work split: thread t owns the panels [j0, j1) of C's columns (whole NR-column panels), so each
-// output element is computed by one thread in one fixed order whatever the team size.  Loops
-// (GotoBLAS order): K in chunks, the chunk of B packed once by its owner; M in blocks of
-// kBlockRows rows, packed per thread and reused by every panel from L2; each panel's chunk stays
-// in L1 while the row blocks use it.
+// Work split: thread t owns a range of C's rows (whole micro-kernel row blocks; every thread
+// reads each chunk of B, packed by the team in shares) when each thread gets at least
+// kMinRowsPerThread rows, else the panels [j0, j1) of C's columns (whole NR-column panels; each
+// thread packs its own panels and all of A).  Either way each output element is computed by one
+// thread in one fixed order whatever the team size and split.  Loops (GotoBLAS order): K in
+// chunks; M in blocks of up to kMaxBlockRows rows, packed per thread and reused by every panel
+// from L2; each panel's chunk stays in L1 while the row blocks use it.
 //
 // accurate (float): the sum over K, often T·B ≥ 3000 rows, is formed in float32 over blocks of
 // kAccurateRows consecutive k, the (up to 16) block sums of a K chunk are added in float32 and
@@ -22,6 +24,7 @@ constexpr int64_t kMaxBlockRows = 192;
 constexpr int64_t kBlockValues = 128 * 1024;  // packed A block ≤ 512 KiB of float: L2-resident
 constexpr int64_t kAccurateRows = 64;
 constexpr int64_t kAccurateChunk = 1024;  // K chunk of the accurate mode (a multiple of the above)
+constexpr int64_t kMinRowsPerThread = 96;
 
 // Rows per block of A: M split into equal blocks of at most kMaxBlockRows rows and at most
 // kBlockValues / depth (the packed block stays in L2), each a multiple of the micro-kernel's
@@ -31,6 +34,14 @@ inline int64_t block_rows(int64_t M, int64_t depth) {
   most = most > kMaxBlockRows ? kMaxBlockRows : most < kMaxRows ? kMaxRows : most;
   const int64_t blocks = (M + most - 1) / most;
   const int64_t rows = blocks ? (M + blocks - 1) / blocks : 1;
+  return (rows + kMaxRows - 1) / kMaxRows * kMaxRows;
+}
+
+// The most rows block_rows(m, depth) gives for any m <= M (the size of a packed A block).
+inline int64_t max_block_rows(int64_t M, int64_t depth) {
+  int64_t most = kBlockValues / (depth > 0 ? depth : 1);
+  most = most > kMaxBlockRows ? kMaxBlockRows : most < kMaxRows ? kMaxRows : most;
+  const int64_t rows = M < most ? M : most;
   return (rows + kMaxRows - 1) / kMaxRows * kMaxRows;
 }
 
@@ -52,62 +63,106 @@ inline void add_to_sums(const T* tile, double* out, int64_t width) {
 template <class T>
 struct GemmJob {
   const GemmArgs<T>& a;
-  PackedMatrix<T> chunk;        // B[k0:k1, :] packed, all panels (each thread packs its own)
+  PackedMatrix<T> chunk;        // B[k0:k1, :] packed, all panels (each thread packs a share)
+  T* chunk_data[2];             // by rows: two chunk buffers, used in turn
   const PerThread<T>* a_packs;  // block_rows(M) × chunk rows per thread
   bool accurate;
+  bool by_rows;                 // the team splits C's rows (else its panels)
   double* sums;                 // accurate with several K chunks: [M, N] float64 partial sums
 
-  void run(int t_id, int n_threads, Sync* sync) {
+  // C[m_begin:m_end, panels j0..j1) (+)= A[m_begin:m_end, k0:k1] · (B's chunk, packed in b).
+  void multiply_chunk(const PackedMatrix<T>& b, int64_t k0, int64_t k1, int64_t m_begin,
+                      int64_t m_end, int64_t j0, int64_t j1, T* a_pack) const {
     constexpr int nr = PackedMatrix<T>::nr;
-    const int64_t M = a.M, N = a.N, K = a.K;
-    const int64_t chunk_rows = chunk.rows;
-    int64_t j0, j1;
-    split_blocks(chunk.panels(), t_id, n_threads, &j0, &j1);
-    (void)sync;
-    if (j0 >= j1) return;
-    T* a_pack = a_packs->of(t_id);
-    const int64_t n0 = j0 * nr, n1 = j1 * nr < N ? j1 * nr : N;
-    if (sums)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n) sums[m * N + n] = 0.0;
-    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += chunk_rows) {
-      const int64_t k1 = K - k0 < chunk_rows ? K : k0 + chunk_rows, depth = k1 - k0;
-      PackedMatrix<T> b = chunk;
-      b.capacity = chunk_rows;  // fixed panel places: the other threads still read theirs
-      b.rows = depth;
-      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
-      const int64_t m_block = block_rows(M, chunk_rows);
-      for (int64_t m0 = 0; m0 < M; m0 += m_block) {
-        const int64_t rows = M - m0 < m_block ? M - m0 : m_block;
-        pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
-        for (int64_t j = j0; j < j1; ++j) {
-          const int64_t width = N - j * nr < nr ? N - j * nr : nr;
-          const T* panel = b.panel(0, j);
-          for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
-            const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
-            const T* block = a_pack + r0 * depth;
-            if (!accurate) {
-              micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr,
-                            a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
-              continue;
-            }
-            T tile[kMaxRows * nr];
-            micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile);
-            for (int i = 0; i < r; ++i) {
-              if (sums) {  // several chunks
-                add_to_sums(tile + i * nr, sums + (m0 + r0 + i) * N + j * nr, width);
-              } else {     // one chunk: its float32 sum is the result (0 + x is exact in float64)
-                T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
-                for (int64_t col = 0; col < width; ++col) c[col] = tile[i * nr + col];
-              }
+    const int64_t N = a.N, depth = k1 - k0, chunk_rows = chunk.rows;
+    const int64_t m_block = block_rows(m_end - m_begin, chunk_rows);
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += m_block) {
+      const int64_t rows = m_end - m0 < m_block ? m_end - m0 : m_block;
+      pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t width = N - j * nr < nr ? N - j * nr : nr;
+        const T* panel = b.panel(0, j);
+        for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+          const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
+          const T* block = a_pack + r0 * depth;
+          if (!accurate) {
+            micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr,
+                          a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
+            continue;
+          }
+          T tile[kMaxRows * nr];
+          micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile);
+          for (int i = 0; i < r; ++i) {
+            if (sums) {  // several chunks
+              add_to_sums(tile + i * nr, sums + (m0 + r0 + i) * N + j * nr, width);
+            } else {     // one chunk: its float32 sum is the result (0 + x is exact in float64)
+              T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
+              for (int64_t col = 0; col < width; ++col) c[col] = tile[i * nr + col];
             }
           }
         }
       }
     }
-    if (sums)
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n) a.C[m * a.ldc + n] = T(sums[m * N + n]);
+  }
+
+  // The float64 sums of rows [m0, m1), columns [n0, n1): zeroed before, stored into C after.
+  void zero_sums(int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t n = n0; n < n1; ++n) sums[m * a.N + n] = 0.0;
+  }
+  void store_sums(int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t n = n0; n < n1; ++n) a.C[m * a.ldc + n] = T(sums[m * a.N + n]);
+  }
+
+  void run(int t_id, int n_threads, Sync* sync) {
+    if (by_rows) return run_by_rows(t_id, n_threads, sync);
+    constexpr int nr = PackedMatrix<T>::nr;
+    const int64_t M = a.M, N = a.N, K = a.K;
+    const int64_t chunk_rows = chunk.rows;
+    int64_t j0, j1;
+    split_blocks(chunk.panels(), t_id, n_threads, &j0, &j1);
+    if (j0 >= j1) return;
+    T* a_pack = a_packs->of(t_id);
+    const int64_t n0 = j0 * nr, n1 = j1 * nr < N ? j1 * nr : N;
+    if (sums) zero_sums(0, M, n0, n1);
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += chunk_rows) {
+      const int64_t k1 = K - k0 < chunk_rows ? K : k0 + chunk_rows;
+      PackedMatrix<T> b = chunk;
+      b.capacity = chunk_rows;  // fixed panel places: the other threads still read theirs
+      b.rows = k1 - k0;
+      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
+      multiply_chunk(b, k0, k1, 0, M, j0, j1, a_pack);
+    }
+    if (sums) store_sums(0, M, n0, n1);
+  }
+
+  // Thread t owns rows [m_begin, m_end) of C (whole micro-kernel row blocks) and packs a share
+  // of each chunk of B, which every thread then reads: A is packed once in all (the panel split
+  // packs all of A in every thread).  Chunk c is packed into buffer c % 2 and the team meets
+  // once per chunk: past that barrier every thread has finished chunk c - 1, the previous user
+  // of the buffer chunk c + 1 is packed into.
+  void run_by_rows(int t_id, int n_threads, Sync* sync) {
+    const int64_t M = a.M, K = a.K, N = a.N;
+    const int64_t chunk_rows = chunk.rows;
+    int64_t u0, u1, p0, p1;
+    split_blocks((M + kMaxRows - 1) / kMaxRows, t_id, n_threads, &u0, &u1);
+    split_blocks(chunk.panels(), t_id, n_threads, &p0, &p1);
+    const int64_t m_begin = u0 * kMaxRows, m_end = u1 * kMaxRows < M ? u1 * kMaxRows : M;
+    T* a_pack = a_packs->of(t_id);
+    if (sums) zero_sums(m_begin, m_end, 0, N);
+    int64_t c = 0;
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += chunk_rows, ++c) {
+      const int64_t k1 = K - k0 < chunk_rows ? K : k0 + chunk_rows;
+      PackedMatrix<T> b = chunk;
+      b.data = chunk_data[c % 2];
+      b.capacity = chunk_rows;
+      b.rows = k1 - k0;
+      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, p0, p1);
+      sync->wait();  // the chunk is packed
+      if (m_begin < m_end) multiply_chunk(b, k0, k1, m_begin, m_end, 0, b.panels(), a_pack);
+    }
+    if (sums) store_sums(m_begin, m_end, 0, N);
   }
 };
 
@@ -115,7 +170,7 @@ struct GemmJob {
 
 template <class T>
 void gemm(const GemmArgs<T>& a, int threads) {
-  GemmJob<T> job{a, {}, nullptr, false, nullptr};
+  GemmJob<T> job{a, {}, {nullptr, nullptr}, nullptr, false, false, nullptr};
   job.chunk.rows = a.K < kKChunk ? (a.K > 0 ? a.K : 1) : kKChunk;
   if (a.accurate && sizeof(T) == sizeof(float)) {
     // whole accurate blocks per chunk, so the block boundaries are at multiples of kAccurateRows;
@@ -124,14 +179,21 @@ void gemm(const GemmArgs<T>& a, int threads) {
     job.chunk.rows = (rows + kAccurateRows - 1) / kAccurateRows * kAccurateRows;
   }
   job.chunk.columns = a.N;
-  Buffer<T> chunk(job.chunk.values());
-  job.chunk.data = chunk.data;
+  // Split C's rows when every thread gets at least kMinRowsPerThread of them (the panel split
+  // repacks all of A in each thread, a cost that grows as each thread's panels get fewer).
+  const int64_t row_blocks = (a.M + kMaxRows - 1) / kMaxRows;
+  job.by_rows = threads > 1 && a.M >= threads * kMinRowsPerThread;
+  const int team = team_size(threads, job.by_rows ? row_blocks : job.chunk.panels());
+  job.by_rows = job.by_rows && team > 1;
+  Buffer<T> chunk(job.chunk.values() * (job.by_rows ? 2 : 1));
+  job.chunk.data = job.chunk_data[0] = chunk.data;
+  job.chunk_data[1] = chunk.data + (job.by_rows ? job.chunk.values() : 0);
   job.accurate = a.accurate && sizeof(T) == sizeof(float) && a.K > kAccurateRows;
   const bool chunks = job.accurate && a.K > job.chunk.rows;
   Buffer<double> sums(chunks ? size_t(a.M * a.N) : 0);
   job.sums = chunks ? sums.data : nullptr;
-  const int team = team_size(threads, job.chunk.panels());
-  PerThread<T> a_packs(team, size_t(block_rows(a.M, job.chunk.rows) * job.chunk.rows));
+  const int64_t rows_per_thread = job.by_rows ? (row_blocks + team - 1) / team * kMaxRows : a.M;
+  PerThread<T> a_packs(team, size_t(max_block_rows(rows_per_thread, job.chunk.rows) * job.chunk.rows));
   job.a_packs = &a_packs;
   run_job(job, team, 2 * a.M * a.N * a.K);
 }

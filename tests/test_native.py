@@ -529,7 +529,8 @@ def test_copy_2d_is_an_exact_copy(dtype, shape, transposed):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 0, 3), (37, 700, 20), (130, 64, 257)])
+@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 0, 3), (37, 700, 20), (130, 64, 257),
+                                   (301, 300, 33), (400, 2100, 70)])  # rows split: ≥ 96 per thread
 def test_team_gemm_matches_float64_and_is_thread_independent(dtype, M, K, N):
     rng = np.random.default_rng(M + K + N)
     a = rng.standard_normal((K, M)).astype(dtype)  # gram orientation: aᵀ b
@@ -538,12 +539,12 @@ def test_team_gemm_matches_float64_and_is_thread_independent(dtype, M, K, N):
     bound = (K * np.finfo(dtype).eps + 1e-300) * (np.abs(a).T @ np.abs(b)) + np.finfo(dtype).tiny
     results = []
     for accurate in (False, True):
-        for threads in (1, 2, 3):
+        for threads in (1, 2, 3, 4):
             out = np.empty((M, N), dtype)
             native.gemm(a, b, out, True, False, accurate, threads)
             assert np.all(np.abs(out - truth) <= bound)
             results.append(out)
-        assert all(np.array_equal(results[-1], r) for r in results[-3:])
+        assert all(np.array_equal(results[-1], r) for r in results[-4:])
     w = rng.standard_normal((N, K)).astype(dtype)
     out = np.empty((M, N), dtype)
     native.gemm(a.T.copy(), w, out, False, True, False, 2)

@@ -40,7 +40,7 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     ``inputs`` (= I): the LSTM forward's in-loop input projection (packed ``W``, a chunk of
     ``⌈128/B⌉·B`` rows of ``x W``, each thread's packed chunk of ``x`` and its copy of the
     chunk's live rows) and the backward's
-    weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and a packed 1024-row chunk);
+    weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and two packed 1024-row chunks);
     the largest of the phases counts.  Everything else a call uses is a NumPy array the callers'
     estimates already count (the trace, the gate gradients)."""
     G = {"lstm": 4, "gru": 3}.get(mode, 1)
@@ -57,7 +57,7 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     rows = -(-128 // B) * B if B else 128  # whole steps of at least 128 rows
     # per thread: the packed chunk of x and (variable lengths) the chunk's live rows of x
     projection = (G * padded(H) * inputs + rows * G * H + 2 * threads * rows * inputs) * itemsize
-    gemm = max(inputs, Hout) * padded(G * H) * 8 + 1024 * padded(max(G * H, inputs)) * itemsize \
+    gemm = max(inputs, Hout) * padded(G * H) * 8 + 2 * 1024 * padded(max(G * H, inputs)) * itemsize \
         + threads * 198 * 1024 * itemsize
     return loop + max(projection, gemm)
 
