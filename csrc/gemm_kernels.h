@@ -182,17 +182,58 @@ inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a,
 // k · col_stride]) into row blocks of kMaxRows rows, each k-major: block b (rows
 // b·kMaxRows ..., `rows` of them, fewer in the last block) holds dst[b·kMaxRows·K' + k'·rows + r]
 // with K' = k1 - k0 (M · K' values in all).  A block's micro-kernel reads it as a[k'·MR + r].
+#if FUSEDRNN_VECTOR_BYTES >= 32
+// A full block of kMaxRows = 6 contiguous float rows, k in [0, depth / 8 · 8): 8 × 8 register
+// transposes (rows 6 and 7 zero), the first 6 values of each transposed row stored.  Returns
+// the k it stopped at.
+inline int64_t pack_row_tiles(const float* src, int64_t row_stride, int64_t depth, float* block) {
+  static_assert(kMaxRows == 6, "the tiles hold 6 rows");
+  const int64_t tiled = depth / 8 * 8;
+  for (int64_t k0 = 0; k0 < tiled; k0 += 8) {
+    __m256 t[8];
+    for (int r = 0; r < 6; ++r) t[r] = _mm256_loadu_ps(src + r * row_stride + k0);
+    t[6] = t[7] = _mm256_setzero_ps();
+    transpose_tile(t);
+    for (int j = 0; j < 8; ++j) {
+      float* out = block + (k0 + j) * 6;
+      _mm_storeu_ps(out, _mm256_castps256_ps128(t[j]));
+      _mm_storel_pi(reinterpret_cast<__m64*>(out + 4), _mm256_extractf128_ps(t[j], 1));
+    }
+  }
+  return tiled;
+}
+#endif
+
 template <class T>
 void pack_rows(const T* A, int64_t row_stride, int64_t col_stride, int64_t M, int64_t k0,
                int64_t k1, T* dst) {
   const int64_t depth = k1 - k0;
+  if (row_stride == 1 && col_stride != 1) {
+    // A's columns are contiguous (a transposed view): for each k, the M values of the blocks
+    // are one contiguous run of A, copied a fixed-size block at a time
+    const int64_t full = M / kMaxRows * kMaxRows;
+    for (int64_t k = 0; k < depth; ++k) {
+      const T* src = A + (k0 + k) * col_stride;
+      for (int64_t m0 = 0; m0 < full; m0 += kMaxRows)
+        std::memcpy(dst + m0 * depth + k * kMaxRows, src + m0, kMaxRows * sizeof(T));
+      const int64_t rows = M - full;
+      for (int64_t r = 0; r < rows; ++r) dst[full * depth + k * rows + r] = src[full + r];
+    }
+    return;
+  }
   for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
     const int64_t rows = M - m0 < kMaxRows ? M - m0 : kMaxRows;
     T* block = dst + m0 * depth;
     const T* src = A + m0 * row_stride + k0 * col_stride;
     if (col_stride == 1) {
+      int64_t k_done = 0;
+#if FUSEDRNN_VECTOR_BYTES >= 32
+      if constexpr (sizeof(T) == sizeof(float)) {
+        if (rows == kMaxRows) k_done = pack_row_tiles(src, row_stride, depth, block);
+      }
+#endif
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < depth; ++k) block[k * rows + r] = src[r * row_stride + k];
+        for (int64_t k = k_done; k < depth; ++k) block[k * rows + r] = src[r * row_stride + k];
     } else {
       for (int64_t k = 0; k < depth; ++k)
         for (int64_t r = 0; r < rows; ++r) block[k * rows + r] = src[r * row_stride + k * col_stride];
