@@ -192,8 +192,9 @@ void gemm(const GemmArgs<T>& a, int threads) {
   const bool chunks = job.accurate && a.K > job.chunk.rows;
   Buffer<double> sums(chunks ? size_t(a.M * a.N) : 0);
   job.sums = chunks ? sums.data : nullptr;
-  const int64_t rows_per_thread = job.by_rows ? (row_blocks + team - 1) / team * kMaxRows : a.M;
-  PerThread<T> a_packs(team, size_t(max_block_rows(rows_per_thread, job.chunk.rows) * job.chunk.rows));
+  // Sized for all of M: the workers that join may be fewer than `team` (then each thread's
+  // range of rows is longer than M / team).
+  PerThread<T> a_packs(team, size_t(max_block_rows(a.M, job.chunk.rows) * job.chunk.rows));
   job.a_packs = &a_packs;
   run_job(job, team, 2 * a.M * a.N * a.K);
 }
