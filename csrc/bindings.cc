@@ -144,6 +144,7 @@ void gru_forward(py::object x_gates, py::object x, py::object w_in, py::object b
   a.b_rec = in<T>(b_rec, "b_rec");
   a.valid = mask(valid);
   a.gates = out<T>(gates, "gates"); a.q_h = out<T>(q_h, "q_h"); a.h = out<T>(h, "h");
+  a.keep_trace = dim(gates, 0) == a.steps;  // else one step (inference)
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.gru_forward_f(a, threads); else t.gru_forward_d(a, threads);
@@ -268,6 +269,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("wake_team", &wake_team,
         "The team's sleeping workers start waking up: call it before the set-up work of a call "
         "whose native jobs follow (waking a halted vCPU can take milliseconds).");
+  m.def("release_cached_workspaces", &workspace_release_cached,
+        "Frees the kernels' recycled workspace blocks that no call is using.");
   m.def("panel_width", [](int itemsize) {
     return itemsize == 8 ? table().panel_width_double : table().panel_width_float;
   }, py::arg("itemsize"), "NR of the packed GEMM panels (values) for the current ISA.");

@@ -81,6 +81,7 @@ struct GruForwardArgs {
   T* gates;           // [T, B, 3H] out: r, u, h'
   T* q_h;             // [T, B, H]  out: h_{t-1} R_h + bR_h
   T* h;               // [T+1, B, H]
+  bool keep_trace;    // false (inference): gates and q_h hold one step, overwritten each step
 };
 
 template <class T>
@@ -192,5 +193,6 @@ void wake_team();
 // across calls (workspace.cc).
 void* workspace_alloc(size_t bytes);
 void workspace_free(void* p);
+void workspace_release_cached();  // frees the recycled blocks not in use
 
 }  // namespace fusedrnn

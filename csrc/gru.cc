@@ -35,13 +35,14 @@ struct GruForwardJob {
         gemm_panels(live, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
         for (int64_t b = live; b < B; ++b)  // ended sequences: state kept, trace rows zero
           for (int64_t u = u0; u < u1; ++u) h_next_t[b * H + u] = h_prev_t[b * H + u];
-        zero_rows(a.gates + t * B * G, live, B, 3, H, u0, u1);
-        zero_rows(a.q_h + t * B * H, live, B, 1, H, u0, u1);
+        const int64_t trace_t = a.keep_trace ? t : 0;
+        zero_rows(a.gates + trace_t * B * G, live, B, 3, H, u0, u1);
+        zero_rows(a.q_h + trace_t * B * H, live, B, 1, H, u0, u1);
         for (int64_t b = 0; b < live; ++b) {
           T* qb = q + b * G;
           const T* xg = xg_t + b * G;
-          T* g = a.gates + (t * B + b) * G;
-          T* qh = a.q_h + (t * B + b) * H;
+          T* g = a.gates + (trace_t * B + b) * G;
+          T* qh = a.q_h + (trace_t * B + b) * H;
           const T* hp = h_prev_t + b * H;
           T* hn = h_next_t + b * H;
           for (int k = 0; k < 3; ++k)

@@ -90,4 +90,12 @@ void workspace_free(void* p) {
   std::free(block);
 }
 
+void workspace_release_cached() {
+  Cache* cache = the_cache;
+  std::lock_guard<std::mutex> lock(cache->mutex);
+  for (int i = 0; i < cache->count; ++i) std::free(cache->blocks[i]);
+  cache->count = 0;
+  cache->total = 0;
+}
+
 }  // namespace fusedrnn

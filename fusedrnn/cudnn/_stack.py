@@ -62,7 +62,7 @@ def _engine_forward(mode: str, x, h0, c0, weights, valid, out):
     if mode == "lstm":  # without `out` (inference) only h and the final c are read
         return engine.lstm_forward(x, h0, c0, weights, valid=valid, out=out, keep_trace=out is not None)
     if mode == "gru":
-        return engine.gru_forward(x, h0, weights, valid, out)
+        return engine.gru_forward(x, h0, weights, valid, out, keep_trace=out is not None)
     return engine.rnn_forward(x, h0, weights, _activation(mode), valid, out)
 
 

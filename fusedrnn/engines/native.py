@@ -220,8 +220,10 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
 # GRU
 
 def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
-                valid: np.ndarray | None = None, out: gru.GRUTrace | None = None) -> gru.GRUTrace:
-    """:func:`.gru.gru_forward` with the time loop native."""
+                valid: np.ndarray | None = None, out: gru.GRUTrace | None = None,
+                keep_trace: bool = True) -> gru.GRUTrace:
+    """:func:`.gru.gru_forward` with the time loop native; ``keep_trace=False`` records only
+    ``h`` (a trace whose ``gates`` and ``q_h`` hold one step)."""
     native = settings.native_module()
     T, B = x.shape[:2]
     H = h0.shape[-1]
@@ -230,7 +232,9 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
         x_gates, x_in = input_projection(x, None, weights.bias_input, 3), None
     else:  # x W + bW inside the native call
         x_gates, x_in = None, _c(x, dtype)
-    work, targets = _recording(out, gru.trace_shapes(T, B, H), dtype)
+    keep_trace = keep_trace or out is not None
+    shapes = gru.trace_shapes(T, B, H) if keep_trace else gru.trace_shapes(1, B, H)[:2] + [(T + 1, B, H)]
+    work, targets = _recording(out, shapes, dtype)
     gates, q_h, h_states = work
     h_states[0] = h0
     native.gru_forward(x_gates, x_in, _strided(weights.w_input, dtype), _c(weights.bias_input, dtype),
