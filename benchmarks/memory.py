@@ -62,6 +62,7 @@ def measure_problem(data, peers: dict) -> dict:
         try:
             run = peer.build(data, "training")
             run()
+            peer.release_caches()  # memory a library keeps for reuse counts in the step's growth
             measured = peak_growth(run)
         except Exception as error:  # reported, not fatal
             entries[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}

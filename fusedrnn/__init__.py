@@ -19,7 +19,7 @@ from .cudnn import (CanonicalParams, CudnnRNNBackpropResult, CudnnRNNResult, Cud
                         cudnn_rnn_v3)
 from . import raw_ops  # noqa: E402
 # not in __all__ (which lists the ops): the engine's settings, also in fusedrnn.settings
-from .settings import backend_info, get_num_threads, set_num_threads  # noqa: E402,F401
+from .settings import backend_info, get_num_threads, release_cached_memory, set_num_threads  # noqa: E402,F401
 
 __version__ = "0.1.0"
 

@@ -285,6 +285,18 @@ def backend(name: str):
         _backend_override.name = previous
 
 
+def release_cached_memory() -> None:
+    """Frees the memory fusedrnn keeps for reuse between calls: the idle blocks of its arrays'
+    pool (:mod:`fusedrnn.engines.buffers`, at most 256 MiB) and the native kernels' recycled
+    workspaces (at most 256 MiB).  Arrays in use are untouched; later calls allocate afresh."""
+    from .engines import buffers
+
+    buffers.clear_pool()
+    module = _native_state.get("module")  # never loads it
+    if module is not None:
+        module.release_cached_workspaces()
+
+
 def set_num_threads(n: int) -> None:
     """Team size of the native engine (results do not depend on it)."""
     global _num_threads

@@ -132,3 +132,15 @@ def test_outputs_outlive_later_calls(mode):
         step(seed)
     for a, c in zip(kept, copies):
         np.testing.assert_array_equal(a, c)
+
+
+def test_release_cached_memory_frees_the_idle_blocks():
+    a = buffers.aligned_empty(BIG, F32)
+    del a
+    assert buffers.pool_idle()[0] == 1
+    fusedrnn.release_cached_memory()  # also the native kernels' recycled workspaces
+    assert buffers.pool_idle() == (0, 0)
+    kept = buffers.aligned_empty(BIG, F32)
+    kept[...] = 3.0
+    fusedrnn.release_cached_memory()
+    assert np.all(kept == 3.0)  # in use: untouched

@@ -45,6 +45,10 @@ class Peer:
         """Which implementation the framework routes the problem to (empty when it has one)."""
         return ""
 
+    def release_caches(self) -> None:
+        """Free the memory the library keeps for reuse between calls (before the memory pass
+        measures a step's growth); nothing by default."""
+
 
 def get(name: str) -> Peer:
     if name not in NAMES:

@@ -111,6 +111,13 @@ class FusedRNN(Peer):
     def output(self, result) -> np.ndarray:
         return np.asarray(result.h if hasattr(result, "h") else result.output)
 
+    def release_caches(self) -> None:
+        """Recycled array blocks and kernel workspaces (``fusedrnn.release_cached_memory``, when
+        the version has it)."""
+        release = getattr(self.lib.settings, "release_cached_memory", None)
+        if release is not None:
+            release()
+
     def reserve_bytes(self, result) -> int:
         """``reserve_space`` bytes of a training step's forward (0 for the block ops, whose
         forward outputs are the backward's saved state: counted in their own outputs)."""
