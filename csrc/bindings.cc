@@ -269,6 +269,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("wake_team", &wake_team,
         "The team's sleeping workers start waking up: call it before the set-up work of a call "
         "whose native jobs follow (waking a halted vCPU can take milliseconds).");
+  m.def("team_stats", [] {
+    return py::make_tuple(full_teams.load(), short_teams.load());
+  }, "(jobs that ran with every thread asked for, jobs that ran with fewer): diagnostics.");
   m.def("release_cached_workspaces", &workspace_release_cached,
         "Frees the kernels' recycled workspace blocks that no call is using.");
   m.def("panel_width", [](int itemsize) {

@@ -7,6 +7,8 @@
 // here).  valid[T, B] (1 = the step belongs to the sequence) may be null: every step valid.
 #pragma once
 
+#include <atomic>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -188,6 +190,10 @@ void run_team(int threads, JobFunction job, void* context, int64_t flops);
 
 // Sleeping workers start waking up (a call is coming; waking a halted vCPU takes up to ms).
 void wake_team();
+
+// Jobs posted to the team (more than one thread asked for) that ran with every thread asked
+// for, and with fewer (a worker had not joined within the join window): diagnostics.
+extern std::atomic<int64_t> full_teams, short_teams;
 
 // 64-byte aligned workspace (never null; throws std::bad_alloc); large blocks are recycled
 // across calls (workspace.cc).

@@ -151,7 +151,8 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units + (a.x_gates ? 0 : a.inputs), 3 * a.units));
+  run_job(job, team, product_flops(a.steps, a.batch, a.units + (a.x_gates ? 0 : a.inputs), 3 * a.units) +
+                         stream_flops(a.steps, a.units, 3 * a.units, sizeof(T)));
 }
 
 template <class T>
@@ -164,7 +165,8 @@ void gru_backward(const GruBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec_t.panels());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 3 * a.units));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units, 3 * a.units));
+  run_job(job, team, product_flops(a.steps, a.batch, a.units, 3 * a.units) +
+                         stream_flops(a.steps, a.units, 3 * a.units, sizeof(T)));
 }
 
 template void gru_forward<float>(const GruForwardArgs<float>&, int);

@@ -269,7 +269,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   job.a_packs = &a_packs;
   const int64_t projection_flops = a.w_proj ? product_flops(a.steps, a.batch, a.units, a.out_units) : 0;
   run_job(job, team, product_flops(a.steps, a.batch, a.out_units + (a.x_gates ? 0 : a.inputs), 4 * a.units) +
-                         projection_flops);
+                         projection_flops + stream_flops(a.steps, a.out_units, 4 * a.units, sizeof(T)));
   if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it
     for (int64_t i = 0; i < BH; ++i) a.c[(a.steps % 2) * BH + i] = job.c[(a.steps % 2) * BH + i];
 }
@@ -296,7 +296,8 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
   job.a_packs = &a_packs;
   const int64_t projection_flops = a.w_proj ? product_flops(a.steps, a.batch, a.units, a.out_units) : 0;
-  run_job(job, team, product_flops(a.steps, a.batch, a.out_units, 4 * a.units) + projection_flops);
+  run_job(job, team, product_flops(a.steps, a.batch, a.out_units, 4 * a.units) + projection_flops +
+                         stream_flops(a.steps, a.out_units, 4 * a.units, sizeof(T)));
 }
 
 template void lstm_forward<float>(const LstmForwardArgs<float>&, int);

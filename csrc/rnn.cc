@@ -118,7 +118,8 @@ void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units + (a.x_gates ? 0 : a.inputs), a.units));
+  run_job(job, team, product_flops(a.steps, a.batch, a.units + (a.x_gates ? 0 : a.inputs), a.units) +
+                         stream_flops(a.steps, a.units, a.units, sizeof(T)));
 }
 
 template <class T>
@@ -131,7 +132,8 @@ void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec_t.panels());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units, a.units));
+  run_job(job, team, product_flops(a.steps, a.batch, a.units, a.units) +
+                         stream_flops(a.steps, a.units, a.units, sizeof(T)));
 }
 
 template void rnn_forward<float>(const RnnForwardArgs<float>&, int);

@@ -4,7 +4,9 @@
 // within a short join window after it is posted; a worker whose (v)CPU is asleep — waking one
 // takes 0.1–3 ms on the VMs we measured — is not waited for: the job runs on the threads that
 // came (every kernel gives the same bits for any team size).  `wake()` lets a caller start the
-// workers' wake-up early, before its own set-up work.
+// workers' wake-up early, before its own set-up work.  A small job (estimated under ~4 ms on one
+// thread) that finds a worker that napped in the last millisecond runs on the caller alone while
+// the workers spin: a just-woken vCPU slowed a 2-thread job below one thread's speed.
 //
 // Waiting (between steps at the barrier, between jobs in the workers) spins with `pause` for a
 // few tens of µs, then spins with sched_yield (another runnable thread on this CPU gets it), and
@@ -61,6 +63,9 @@ class Team {
   static constexpr uint64_t kClosed = uint64_t(1) << 31;
   alignas(64) std::atomic<uint64_t> roster_{0};
   alignas(64) std::atomic<uint64_t> wake_calls_{0};
+  std::atomic<int64_t> napped_ns_{0};  // when a worker last woke from a nap or sleep
+  std::atomic<int> resting_{0};        // workers in a nap or asleep now
+  std::atomic<bool> solo_{false};      // the caller runs a job alone (cold workers): they spin
   std::atomic<int> sleepers_{0};
   std::mutex busy_;        // held for the whole of a job
   std::mutex sleep_mutex_;
