@@ -31,6 +31,15 @@ inline void zero_rows(T* a, int64_t first, int64_t last, int64_t groups, int64_t
       for (int64_t u = u0; u < u1; ++u) a[(b * groups + g) * width + u] = T(0);
 }
 
+// Copies units [u0, u1) of rows [first, last) of a [rows, width] state from `from` to `to`: the
+// state a sequence that has ended carries to the next step.
+template <class T>
+inline void carry_rows(T* to, const T* from, int64_t first, int64_t last, int64_t width, int64_t u0,
+                       int64_t u1) {
+  for (int64_t b = first; b < last; ++b)
+    for (int64_t u = u0; u < u1; ++u) to[b * width + u] = from[b * width + u];
+}
+
 // Multiply-adds of T steps of a [B, K] x [K, N] product, as flops: the work estimate of run_job.
 inline int64_t product_flops(int64_t steps, int64_t batch, int64_t depth, int64_t width) {
   return 2 * steps * batch * depth * width;

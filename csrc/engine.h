@@ -191,8 +191,9 @@ void run_team(int threads, JobFunction job, void* context, int64_t flops);
 // Sleeping workers start waking up (a call is coming; waking a halted vCPU takes up to ms).
 void wake_team();
 
-// Jobs posted to the team (more than one thread asked for) that ran with every thread asked
-// for, and with fewer (a worker had not joined within the join window): diagnostics.
+// Jobs that asked for more than one thread and ran with all of them, and with fewer (a worker
+// had not joined within the join window, or a small job ran alone beside cold workers):
+// diagnostics.
 extern std::atomic<int64_t> full_teams, short_teams;
 
 // 64-byte aligned workspace (never null; throws std::bad_alloc); large blocks are recycled

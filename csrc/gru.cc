@@ -33,8 +33,7 @@ struct GruForwardJob {
       if (n > 0) {
         const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.step(t, T_, j0, j1, a_packs->of(t_id));
         gemm_panels(live, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
-        for (int64_t b = live; b < B; ++b)  // ended sequences: state kept, trace rows zero
-          for (int64_t u = u0; u < u1; ++u) h_next_t[b * H + u] = h_prev_t[b * H + u];
+        carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept, trace rows zero
         const int64_t trace_t = a.keep_trace ? t : 0;
         zero_rows(a.gates + trace_t * B * G, live, B, 3, H, u0, u1);
         zero_rows(a.q_h + trace_t * B * H, live, B, 1, H, u0, u1);

@@ -108,11 +108,9 @@ struct LstmForwardJob {
       const int64_t live = live_rows(valid, B);
       if (n > 0) {
         gemm_panels(live, h_prev, P, rec, j0, j1, g_t, G, a_packs->of(t_id));
-        for (int64_t b = live; b < B; ++b) {  // ended sequences: state kept, trace rows zero
-          for (int64_t u = u0; u < u1; ++u) c_next_t[b * H + u] = c_prev_t[b * H + u];
-          if (!a.w_proj)
-            for (int64_t u = u0; u < u1; ++u) h_next[b * P + u] = h_prev[b * P + u];
-        }
+        // ended sequences: state kept, trace rows zero
+        carry_rows(c_next_t, c_prev_t, live, B, H, u0, u1);
+        if (!a.w_proj) carry_rows(h_next, h_prev, live, B, P, u0, u1);
         if (a.keep_trace) {
           zero_rows(g_t, live, B, 4, H, u0, u1);
           zero_rows(co_t, live, B, 1, H, u0, u1);

@@ -29,7 +29,7 @@ struct PackedMatrix {
 
 // One panel from contiguous columns: dst[k · NR + c] = column_c[k] (· scale[c]) for the
 // `width` columns column_c = first + c · col_stride, zeros in the columns past `width`.  Tiles of
-// kTile columns × kTile rows are transposed in registers where the ISA has it (the values and
+// Tile<T>::size columns × rows are transposed in registers where the ISA has it (the values and
 // their products are those of the scalar loop: only the order of the stores differs).
 template <class T>
 inline void pack_columns_scalar(const T* first, int64_t col_stride, int64_t k_begin, int64_t k_end,
@@ -76,20 +76,21 @@ inline void transpose_tile(__m256d rows[4]) {
   rows[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
 }
 
-template <class T> struct Tile;
-template <> struct Tile<float> {
-  using reg = __m256;
-  static constexpr int size = 8;
-  static reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static reg scaled(reg v, float s) { return _mm256_mul_ps(v, _mm256_set1_ps(s)); }
-  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
-};
-template <> struct Tile<double> {
-  using reg = __m256d;
-  static constexpr int size = 4;
-  static reg load(const double* p) { return _mm256_loadu_pd(p); }
-  static reg scaled(reg v, double s) { return _mm256_mul_pd(v, _mm256_set1_pd(s)); }
-  static void store(double* p, reg v) { _mm256_storeu_pd(p, v); }
+template <class T> struct TileRegister;
+template <> struct TileRegister<float> { using type = __m256; };
+template <> struct TileRegister<double> { using type = __m256d; };
+
+// A register of a transposed tile: its size × size values, loaded and stored unaligned.
+template <class T>
+struct Tile {
+  using reg = typename TileRegister<T>::type;
+  static constexpr int size = 32 / int(sizeof(T));
+  static reg load(const T* p) {
+    reg v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(T* p, reg v) { std::memcpy(p, &v, sizeof v); }
 };
 #endif
 
@@ -108,7 +109,7 @@ void pack_columns(const T* first, int64_t col_stride, int64_t rows, int64_t widt
       typename tile::reg r[S];
       for (int i = 0; i < S; ++i) {
         r[i] = tile::load(first + (c0 + i) * col_stride + k0);
-        if (scale) r[i] = tile::scaled(r[i], scale[c0 + i]);
+        if (scale) r[i] = r[i] * scale[c0 + i];
       }
       transpose_tile(r);
       for (int j = 0; j < S; ++j) tile::store(dst + (k0 + j) * nr + c0, r[j]);

@@ -37,8 +37,7 @@ struct RnnForwardJob {
       if (n > 0) {
         const T* xg_t = a.x_gates ? a.x_gates + t * B * H : input.step(t, T_, j0, j1, a_packs->of(t_id));
         gemm_panels(live, h_prev_t, H, rec, j0, j1, h_next_t, H, a_packs->of(t_id));
-        for (int64_t b = live; b < B; ++b)  // ended sequences: state kept
-          for (int64_t u = u0; u < u1; ++u) h_next_t[b * H + u] = h_prev_t[b * H + u];
+        carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept
         for (int64_t b = 0; b < live; ++b) {
           T* hn = h_next_t + b * H;
           const T* xg = xg_t + b * H;

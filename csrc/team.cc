@@ -212,6 +212,7 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
   const bool cold = resting_.load(std::memory_order_relaxed) > 0 ||
                     now_ns() - napped_ns_.load(std::memory_order_relaxed) < kWarmNs;
   if (flops < kSoloFlops && cold) {
+    short_teams.fetch_add(1, std::memory_order_relaxed);
     solo_.store(true, std::memory_order_relaxed);
     job(context, 0, 1, &alone);
     solo_.store(false, std::memory_order_relaxed);

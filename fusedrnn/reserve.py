@@ -87,7 +87,7 @@ class ReserveWriter:
         # except the alignment tail, zeroed here so the buffer's bytes stay deterministic.
         # The data part starts on a 64-byte line (the views' sizes keep it for one another when
         # H·itemsize is a multiple of 64): the native engine's threads write disjoint column
-        # ranges of them every step, which must not share a line (engines.common.aligned_empty).
+        # ranges of them every step, which must not share a line (engines.buffers.aligned_empty).
         data = HEADER_BYTES + 8 * B
         padded = aligned_empty(nbytes + 64, np.uint8)  # recycled across calls (engines.buffers)
         start = -data % 64

@@ -12,7 +12,7 @@ import pytest
 
 import fusedrnn
 from fusedrnn.engines import buffers
-from tests.fuzz import cases
+from tests.cudnn_helpers import Case, backprop_v3, forward_v3, make_problem, random_like_outputs
 
 F32 = np.float32
 BIG = (256, 1024)  # 1 MiB of float32: pooled
@@ -109,21 +109,13 @@ def test_blocks_freed_in_other_threads():
 def test_outputs_outlive_later_calls(mode):
     """Every output of a training step (forward and backprop) keeps its values while later
     calls of the same shapes run and recycle their temporaries."""
-    T, B, H = 20, 16, 128
-    size = cases.cudnn_params_size(mode, 1, 1, H, H, 0)
+    case = Case(mode=mode, num_layers=1, num_dirs=1, batch=16, max_time=20, num_units=128,
+                input_size=128)
 
     def step(seed):
-        r = np.random.default_rng(seed)
-        x = r.standard_normal((T, B, H)).astype(F32)
-        h = r.standard_normal((1, B, H)).astype(F32)
-        p = (r.standard_normal(size) * 0.1).astype(F32)
-        lengths = np.full(B, T, np.int32)
-        fwd = fusedrnn.cudnn_rnn_v3(x, h, h, p, lengths, rnn_mode=mode)
-        grads = fusedrnn.cudnn_rnn_backprop_v3(x, h, h, p, lengths, fwd.output, fwd.output_h,
-                                               fwd.output_c, np.ones_like(fwd.output), np.ones_like(h),
-                                               np.ones_like(h), fwd.reserve_space, fwd.host_reserved,
-                                               rnn_mode=mode)
-        return list(fwd) + list(grads)
+        prob = make_problem(case, seed, F32)
+        fwd = forward_v3(prob)
+        return list(fwd.raw) + list(backprop_v3(prob, fwd, random_like_outputs(case, seed, F32)))
 
     kept = step(1)
     copies = [np.array(a, copy=True) for a in kept]

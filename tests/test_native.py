@@ -182,20 +182,16 @@ def test_cudnn_native_matches_numpy(case, dtype):
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_inference_gives_the_training_forward_bits(mode, threads):
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_inference_gives_the_training_forward_bits(mode, n_threads, threads):
     """Inference records no trace (LSTM, GRU: the gate buffers hold one step): the outputs are
     bit for bit those of a training-mode forward."""
     case = Case(mode=mode, num_layers=2, num_dirs=2, batch=5, max_time=9, num_units=40,
                 input_size=7, lengths=(9, 3, 9, 1, 6))
     prob = make_problem(case, 5, np.float32)
-    previous = settings.get_num_threads()
-    settings.set_num_threads(threads)
-    try:
-        with settings.backend("native"):
-            training, inference = forward_v3(prob, is_training=True), forward_v3(prob, is_training=False)
-    finally:
-        settings.set_num_threads(previous)
+    threads(n_threads)
+    with settings.backend("native"):
+        training, inference = forward_v3(prob, is_training=True), forward_v3(prob, is_training=False)
     for name in ("output", "output_h", "output_c"):
         assert np.array_equal(getattr(training, name), getattr(inference, name)), name
 

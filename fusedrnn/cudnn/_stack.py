@@ -18,7 +18,8 @@ from ..engines import gru as gru_engine
 from ..engines import lstm as lstm_engine
 from ..engines import native as native_engine
 from ..engines import simple_rnn as rnn_engine
-from ..engines.common import aligned_copy, aligned_empty, aligned_zeros, assign_2d
+from ..engines.buffers import aligned_copy, aligned_empty, aligned_zeros
+from ..engines.common import assign_2d
 from ..layout import RNNConfig
 from ..validate import compute_dtype, float_arrays, shape_str
 from ._resolve import _Attrs, _Problem, _resolve

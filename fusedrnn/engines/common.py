@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .buffers import CACHE_LINE, aligned_copy, aligned_empty, aligned_zeros  # noqa: F401 (re-exported)
+from .buffers import aligned_empty
 
 
 def sigmoid(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -26,7 +26,8 @@ import numpy as np
 
 from .. import settings
 from . import gru, lstm, simple_rnn
-from .common import Linalg, aligned_copy, aligned_empty, aligned_zeros, input_projection, trace_arrays
+from .buffers import aligned_copy, aligned_empty, aligned_zeros
+from .common import Linalg, input_projection, trace_arrays
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
