@@ -91,6 +91,14 @@ class RNNConfig:
             text += ", skip_input"
         return text
 
+    def __hash__(self) -> int:  # once per instance: configurations key the per-shape caches
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.rnn_mode, self.num_layers, self.num_units, self.input_size, self.num_dirs,
+                     self.skip_input, self.num_proj))
+
     @cached_property
     def regions(self) -> "ParamRegions":
         return _compute_regions(self)
@@ -171,30 +179,36 @@ class PseudoLayerParams(NamedTuple):
     bias_recurrent: np.ndarray
 
 
-def _block(flat: np.ndarray, first: Region, count: int, rows: int, cols: int) -> np.ndarray:
-    return flat[first.offset:first.offset + count * rows * cols].reshape(count * rows, cols)
-
-
 def pseudo_layer_views(flat: np.ndarray, config: RNNConfig, p: int) -> PseudoLayerParams:
     """Views of pseudo-layer ``p``'s parameters inside a flat ``params`` buffer.
 
     The same function serves the gradient buffer: writing into the returned views
     writes into ``flat``.
     """
+    return PseudoLayerParams(*[None if spec is None else flat[spec[0]:spec[1]].reshape(spec[2])
+                               for spec in _pseudo_layer_spans(config, p)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _pseudo_layer_spans(config: RNNConfig, p: int) -> tuple:
+    """``(start, stop, shape)`` in ``params`` of each :class:`PseudoLayerParams` field (None
+    where the field is None); cached per configuration."""
     G, H, Hout = config.num_gates, config.num_units, config.hidden_out
     regions = config.regions
     w0 = p * config.weights_per_pseudo_layer
     b0 = p * config.biases_per_pseudo_layer
-    in_region = regions.weights[w0]
-    in_cols = in_region.shape[1]
-    w_input = None if in_cols == 0 else _block(flat, in_region, G, H, in_cols)
-    w_recurrent = _block(flat, regions.weights[w0 + G], G, H, Hout)
-    w_proj = None
-    if config.num_proj > 0:
-        w_proj = _block(flat, regions.weights[w0 + 2 * G], 1, config.num_proj, H)
-    bias_input = _block(flat, regions.biases[b0], G, H, 1).reshape(G * H)
-    bias_recurrent = _block(flat, regions.biases[b0 + G], G, H, 1).reshape(G * H)
-    return PseudoLayerParams(w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
+
+    def block(first: Region, count: int, rows: int, cols: int) -> tuple:
+        shape = (count * rows, cols) if cols else (count * rows,)
+        return first.offset, first.offset + count * rows * max(cols, 1), shape
+
+    in_cols = regions.weights[w0].shape[1]
+    w_input = None if in_cols == 0 else block(regions.weights[w0], G, H, in_cols)
+    w_recurrent = block(regions.weights[w0 + G], G, H, Hout)
+    w_proj = block(regions.weights[w0 + 2 * G], 1, config.num_proj, H) if config.num_proj > 0 else None
+    bias_input = block(regions.biases[b0], G, H, 0)
+    bias_recurrent = block(regions.biases[b0 + G], G, H, 0)
+    return w_input, w_recurrent, w_proj, bias_input, bias_recurrent
 
 
 def params_to_canonical(params: np.ndarray, config: RNNConfig) -> tuple[list, list]:

@@ -24,7 +24,9 @@ after dropout, time order) and, when dropout was applied, ``dropout_mask_l``
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -75,13 +77,33 @@ def reserve_nbytes(config: RNNConfig, T: int, B: int, dropout_applied: bool, com
     return HEADER_BYTES + 8 * B + elements * compute.itemsize
 
 
+class _Layout(NamedTuple):
+    """Where everything of one configuration's reserve lives (byte offsets into the buffer)."""
+
+    nbytes: int  # reserve_nbytes
+    used: int  # header, lengths and the named arrays (the rest is the alignment tail)
+    header: tuple  # the 16 header words
+    items: tuple  # (name, byte offset, shape) of each named array
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(config: RNNConfig, T: int, B: int, dropout_applied: bool, compute: np.dtype) -> _Layout:
+    offset = HEADER_BYTES + 8 * B
+    items = []
+    for name, shape in reserve_items(config, T, B, dropout_applied):
+        items.append((name, offset, shape))
+        offset += math.prod(shape) * compute.itemsize
+    return _Layout(reserve_nbytes(config, T, B, dropout_applied, compute), offset,
+                   tuple(_header(config, T, B, dropout_applied, compute)), tuple(items))
+
+
 class ReserveWriter:
     """Allocates the buffer and hands out writable, named views of its data part."""
 
     def __init__(self, config: RNNConfig, T: int, B: int, lengths: np.ndarray,
                  dropout_applied: bool, compute: np.dtype, dtype: np.dtype):
-        nbytes = reserve_nbytes(config, T, B, dropout_applied, compute)
-        nbytes += (-nbytes) % dtype.itemsize
+        layout = _layout(config, T, B, dropout_applied, compute)
+        nbytes = layout.nbytes + (-layout.nbytes) % dtype.itemsize
         # not zeros: calloc hands out fresh zero pages, each faulted in while the
         # engines record (about 0.2 ms per MiB); every byte is written below or by the engines
         # except the alignment tail, zeroed here so the buffer's bytes stay deterministic.
@@ -92,26 +114,19 @@ class ReserveWriter:
         padded = aligned_empty(nbytes + 64, np.uint8)  # recycled across calls (engines.buffers)
         start = -data % 64
         self.raw = padded[start:start + nbytes]
-        used = HEADER_BYTES + 8 * B + sum(math.prod(shape) for _, shape in
-                                          reserve_items(config, T, B, dropout_applied)) * compute.itemsize
-        self.raw[used:] = 0
-        self.raw[:HEADER_BYTES].view(np.int64)[:] = _header(config, T, B, dropout_applied, compute)
-        self.raw[HEADER_BYTES:HEADER_BYTES + 8 * B].view(np.int64)[:] = lengths
-        self.views = _views(self.raw, reserve_items(config, T, B, dropout_applied), B, compute)
+        self.raw[layout.used:] = 0
+        words = self.raw[:data].view(np.int64)
+        words[:HEADER_WORDS] = layout.header
+        words[HEADER_WORDS:] = lengths
+        self.views = _views(self.raw, layout, compute)
         self.dtype = dtype
 
     def array(self) -> np.ndarray:
         return self.raw.view(self.dtype)
 
 
-def _views(raw: np.ndarray, items: list, B: int, compute: np.dtype) -> dict:
-    offset = HEADER_BYTES + 8 * B
-    views = {}
-    for name, shape in items:
-        nbytes = math.prod(shape) * compute.itemsize
-        views[name] = raw[offset:offset + nbytes].view(compute).reshape(shape)
-        offset += nbytes
-    return views
+def _views(raw: np.ndarray, layout: _Layout, compute: np.dtype) -> dict:
+    return {name: np.ndarray(shape, compute, raw, offset) for name, offset, shape in layout.items}
 
 
 def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths: np.ndarray,
@@ -133,7 +148,8 @@ def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths
     if header[1] != VERSION:
         raise ValueError(f"reserve_space has layout version {header[1]}, this fusedrnn reads version {VERSION}")
     dropout_applied = bool(header[11])
-    expected = _header(config, T, B, dropout_applied, compute)
+    layout = _layout(config, T, B, dropout_applied, compute)
+    expected = list(layout.header)
     if header != expected:
         names = ["magic", "version", "rnn_mode", "num_layers", "num_dirs", "max_time", "batch_size",
                  "input_size", "num_units", "num_proj", "skip_input", "dropout", "itemsize"]
@@ -146,7 +162,7 @@ def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths
                  for k, n in enumerate(names) if header[k] != expected[k]]
         raise ValueError("reserve_space does not match this backprop's configuration ("
                          + "; ".join(diffs) + ")")
-    nbytes = reserve_nbytes(config, T, B, dropout_applied, compute)
+    nbytes = layout.nbytes
     if raw.size < nbytes or raw.size - nbytes >= reserve.dtype.itemsize:
         raise ValueError(f"reserve_space has {reserve.size} elements, expected "
                          f"{-(-nbytes // reserve.dtype.itemsize)} for this configuration")
@@ -154,5 +170,4 @@ def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths
     if not np.array_equal(stored_lengths, lengths):
         raise ValueError("sequence_lengths differ from the ones the forward pass used: "
                          f"forward {stored_lengths.tolist()}, backprop {np.asarray(lengths).tolist()}")
-    views = _views(raw, reserve_items(config, T, B, dropout_applied), B, compute)
-    return views, dropout_applied
+    return _views(raw, layout, compute), dropout_applied

@@ -62,6 +62,16 @@ def available_memory() -> int | None:
 
 
 SMALL_CALL_BYTES = 64 * 2**20
+_ENVIRON_DATA = getattr(os.environ, "_data", None)  # CPython's encoded copy, updated with os.environ
+_LIMIT_KEY = os.environ.encodekey("FUSEDRNN_MEMORY_LIMIT") if _ENVIRON_DATA is not None else None
+
+
+def _limit_is_set() -> bool:
+    """``FUSEDRNN_MEMORY_LIMIT`` is set to a non-empty value (read on every call: a test may
+    set it at run time), without ``os.environ.get``'s KeyError and key encoding per call."""
+    if _ENVIRON_DATA is None:
+        return bool(os.environ.get("FUSEDRNN_MEMORY_LIMIT"))
+    return bool(_ENVIRON_DATA.get(_LIMIT_KEY))
 
 
 def ensure_fits(nbytes: int, op: str, detail) -> None:
@@ -71,7 +81,7 @@ def ensure_fits(nbytes: int, op: str, detail) -> None:
     Calls estimated below ``SMALL_CALL_BYTES`` skip the (file-reading) lookup of the available
     memory, unless ``FUSEDRNN_MEMORY_LIMIT`` is set.
     """
-    if nbytes < SMALL_CALL_BYTES and not os.environ.get("FUSEDRNN_MEMORY_LIMIT"):
+    if nbytes < SMALL_CALL_BYTES and not _limit_is_set():
         return
     available = available_memory()
     if available is not None and nbytes > available:

@@ -99,6 +99,19 @@ def float_arrays(names_values: dict, allowed=FLOAT_DTYPES, op: str = "") -> tupl
     input is a Python value, ``T`` is float32, TF's default.  Arrays keep their dtype: two
     different float dtypes, or a non-float array, are a TypeError (no silent casts).
     """
+    dtype = None
+    for array in names_values.values():  # the common call: aligned ndarrays of one float dtype
+        if type(array) is not np.ndarray or not array.flags.aligned:
+            break
+        if dtype is None:
+            dtype = array.dtype
+            if dtype not in allowed:
+                break
+        elif array.dtype != dtype:
+            break
+    else:
+        if dtype is not None:
+            return dict(names_values), dtype
     typed = {name: as_array(value, name) for name, value in names_values.items() if not is_python_value(value)}
     target = next(iter(typed.values())).dtype if typed else DEFAULT_FLOAT
     if target not in allowed:  # reported below, under that input's own name

@@ -9,6 +9,7 @@ import inspect
 import numpy as np
 import pytest
 
+import fusedrnn
 from fusedrnn import raw_ops
 
 FORWARD_OPS = ["CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"]
@@ -252,6 +253,28 @@ def test_param_ops_skip_input_requires_input_size_equal_num_units(op, values):
 @pytest.mark.parametrize("op", V3_OPS)
 def test_sequence_lengths_invalid(op, lengths, words, values):
     expect_error(ValueError, words, op, values, sequence_lengths=np.array(lengths, np.int32))
+
+
+@pytest.mark.parametrize("batch", [256, 257])  # the bounds are checked two ways, by batch size
+@pytest.mark.parametrize("bad", [0, 4, None])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_sequence_lengths_bounds_any_batch(batch, bad, dtype):
+    T, H = 3, 2
+    lengths = np.full(batch, T, dtype)
+    lengths[::7] = 1
+    if bad is not None:
+        lengths[batch - 2] = bad
+    x = np.ones((T, batch, H), np.float32)
+    h = np.zeros((1, batch, H), np.float32)
+    params = np.full(int(np.asarray(fusedrnn.cudnn_rnn_params_size(
+        num_layers=1, num_units=H, input_size=H, T=np.float32, S=np.int32)).reshape(-1)[0]), 0.1, np.float32)
+    run = lambda: fusedrnn.cudnn_rnn_v3(x, h, h, params, lengths, is_training=False)  # noqa: E731
+    if bad is None:
+        output = run().output
+        assert np.all(output[1:, ::7] == 0) and np.all(output[:, 1] != 0)
+    else:
+        with pytest.raises(ValueError, match=rf"sequence_lengths\[{batch - 2}\] = {bad} is outside \[1, 3\]"):
+            run()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.bool_, np.uint64, object])

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import layout
 from ..layout import RNNConfig
-from ..validate import choice_attr, float_attr, int_array, int_scalar, shape_str
+from ..validate import INT_DTYPES, choice_attr, float_attr, int_array, int_scalar, shape_str
 
 
 class _Attrs(NamedTuple):
@@ -31,17 +31,18 @@ class _Attrs(NamedTuple):
 def _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj=0) -> _Attrs:
     """The checked attributes (cached by the values and their types: a model passes the same
     few; values that cannot be hashed, e.g. rank-0 arrays, are parsed every time)."""
-    key = tuple((type(v), v) for v in (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj))
+    values = (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj)
+    key = values + tuple(map(type, values))  # 1, 1.0 and True are equal keys: their types differ
     try:
         hash(key)
     except TypeError:
-        return _parse_attrs(*(v for _, v in key))
+        return _parse_attrs(*values)
     return _cached_attrs(key)
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_attrs(key: tuple) -> _Attrs:
-    return _parse_attrs(*(v for _, v in key))
+    return _parse_attrs(*key[:7])
 
 
 def _parse_attrs(rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj=0) -> _Attrs:
@@ -98,15 +99,16 @@ def _state_shape(time_major: bool, LD: int, B: int, width: int) -> tuple:
     return (LD, B, width) if time_major else (B, LD, width)
 
 
-def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool, fits=None) -> _Problem:
-    """Derive and check every dimension.  ``fits(problem)`` (the memory estimate) runs before
-    anything proportional to the batch is allocated (the lengths vector)."""
+def _resolve(attrs: _Attrs, x, h, c, params, sequence_lengths, time_major: bool, fits=None,
+             fits_args: tuple = ()) -> _Problem:
+    """Derive and check every dimension.  ``fits(problem, *fits_args)`` (the memory estimate)
+    runs before anything proportional to the batch is allocated (the lengths vector)."""
     problem = _resolve_shapes(attrs, x.shape, h.shape, c.shape if attrs.rnn_mode == "lstm" else None,
                               params.shape, time_major)
     if fits is not None:
-        fits(problem)
-    lengths = _lengths(sequence_lengths, problem.T, problem.B)
-    return problem._replace(lengths=lengths, full_length=bool(lengths.min(initial=problem.T) == problem.T))
+        fits(problem, *fits_args)
+    lengths, full_length = _lengths(sequence_lengths, problem.T, problem.B)
+    return _Problem(*problem[:-2], lengths, full_length)
 
 
 @functools.lru_cache(maxsize=512)
@@ -167,15 +169,26 @@ def _resolve_shapes(attrs: _Attrs, x_shape: tuple, h_shape: tuple, c_shape: tupl
     return _Problem(config, time_major, T, B, expected_h, cell_shape, output_shape, None, True)
 
 
-def _lengths(sequence_lengths, T: int, B: int):
+def _lengths(sequence_lengths, T: int, B: int) -> tuple[np.ndarray, bool]:
+    """``(lengths [B] int64, every length is T)``, checked."""
     if sequence_lengths is None:
-        return np.full(B, T, dtype=np.int64)
-    lengths = int_array(sequence_lengths, "sequence_lengths", np.int32, "int32 as in TF, or int64")
+        return np.full(B, T, dtype=np.int64), True
+    if type(sequence_lengths) is np.ndarray and sequence_lengths.dtype in INT_DTYPES:
+        lengths = sequence_lengths  # the common call: an int32/int64 vector
+    else:
+        lengths = int_array(sequence_lengths, "sequence_lengths", np.int32, "int32 as in TF, or int64")
     if lengths.ndim != 1 or lengths.shape[0] != B:
         raise ValueError(f"sequence_lengths must be a vector of batch_size={B} lengths, got shape "
                          f"{shape_str(lengths.shape)}")
     lengths = lengths.astype(np.int64)
-    if B and not (1 <= lengths.min() and lengths.max() <= T):
+    if not B:
+        return lengths, True
+    if B <= 256:  # Python's min/max over a short list touch far less code than two reductions
+        values = lengths.tolist()
+        shortest, longest = min(values), max(values)
+    else:
+        shortest, longest = int(lengths.min()), int(lengths.max())
+    if not (1 <= shortest and longest <= T):
         b = int(np.flatnonzero((lengths < 1) | (lengths > T))[0])
         raise ValueError(f"sequence_lengths[{b}] = {int(lengths[b])} is outside [1, {T}]")
-    return lengths
+    return lengths, shortest == T

@@ -195,8 +195,8 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     arrays, dtype = float_arrays(inputs)
     x, h, c, params = arrays["input"], arrays["input_h"], arrays["input_c"], arrays["params"]
     cd = compute_dtype(dtype)
-    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major,
-                       lambda p: _ensure_fits(p, cd, dtype, is_training, False, "CudnnRNN forward"))
+    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major, _ensure_fits,
+                       (cd, dtype, is_training, False, "CudnnRNN forward"))
     config, T, B = problem.config, problem.T, problem.B
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
@@ -207,13 +207,16 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     order = _batch_order(problem)
     # one copy at most: the gather (sorted batch) or the layout/dtype conversion
     layer_in = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
-    h0, c0 = _rows(h0, order), _rows(c0, order)
+    valid = None
+    if order is not None:
+        h0, c0 = _rows(h0, order), _rows(c0, order)
+    if not problem.full_length:
+        valid = _rows(problem.valid_mask(), order)
     dropout_applied = is_training and attrs.dropout > 0 and L > 1
     writer = (reserve.ReserveWriter(config, T, B, problem.lengths, dropout_applied, cd, dtype)
               if is_training else None)
     h_final = np.empty((LD, B, Hout), dtype=cd)
     c_final = np.empty((LD, B, H), dtype=cd) if is_lstm else None
-    valid = _rows(problem.valid_mask(), order)
     for layer in range(L):
         if writer is not None and layer < L - 1:
             out = writer.views[f"layer_input_{layer + 1}"]  # the next layer's input, kept for the backprop
@@ -237,7 +240,9 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
             mask[...] = _rows(_dropout_mask(attrs, layer, out.shape, cd), order)  # drawn in the caller's order
             out *= mask
         layer_in = out
-    layer_in, h_final, c_final = _unsort(layer_in, order), _unsort(h_final, order), _unsort(c_final, order) if is_lstm else None
+    if order is not None:
+        layer_in, h_final = _unsort(layer_in, order), _unsort(h_final, order)
+        c_final = _unsort(c_final, order) if is_lstm else None
     output = _result(_to_time_major(layer_in, time_major), dtype)
     output_h = _result(h_final.reshape(problem.state_shape), dtype)
     output_c = _result(c_final.reshape(problem.cell_shape), dtype) if is_lstm else np.zeros((), dtype)
@@ -259,8 +264,8 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     arrays, dtype = float_arrays(inputs)
     x, h, c, params = arrays["input"], arrays["input_h"], arrays["input_c"], arrays["params"]
     cd = compute_dtype(dtype)
-    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major,
-                       lambda p: _ensure_fits(p, cd, dtype, True, True, "CudnnRNN backprop"))
+    problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major, _ensure_fits,
+                       (cd, dtype, True, True, "CudnnRNN backprop"))
     config, T, B = problem.config, problem.T, problem.B
     is_lstm = config.rnn_mode == "lstm"
     _check_shape(arrays["output"], problem.output_shape, "output")

@@ -18,6 +18,11 @@ def active():
     """``lstm_forward`` ... ``rnn_backward`` of the backend :func:`fusedrnn.settings.get_backend`
     selects now (the native module only when it is the one selected)."""
     if settings.get_backend() == "native":
-        from . import native
-        return native
+        global _native_engine
+        if _native_engine is None:
+            from . import native as _native_engine
+        return _native_engine
     return NUMPY
+
+
+_native_engine = None  # engines.native, imported when first selected

@@ -159,14 +159,14 @@ def assign_2d(dst: np.ndarray, src: np.ndarray) -> None:
     view (the weight gradients go into the cuDNN layout transposed): the native extension's
     tiled copy when it is installed (an exact copy, so results do not depend on it), else
     NumPy's."""
-    from .. import settings
-    native = settings._load_native()
-    if (native is not None and dst.dtype == src.dtype and dst.dtype in (np.float32, np.float64)
-            and dst.shape == src.shape and dst.size >= 4096
-            and not (dst.flags.c_contiguous and src.flags.c_contiguous)):
-        native.copy_2d(dst, src)
-    else:
-        dst[...] = src
+    if (dst.size >= 4096 and dst.dtype == src.dtype and dst.dtype in (np.float32, np.float64)
+            and dst.shape == src.shape and not (dst.flags.c_contiguous and src.flags.c_contiguous)):
+        from .. import settings
+        native = settings._load_native()
+        if native is not None:
+            native.copy_2d(dst, src)
+            return
+    dst[...] = src
 
 
 def trace_arrays(out, shapes: list, dtype) -> list:

@@ -88,6 +88,8 @@ class LSTMTrace(NamedTuple):
 
 def ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
     layout = options.layout
+    if layout == "ifco" and options.forget_bias == 0.0:
+        return weights  # cuDNN's order, nothing to fold
     w_input = None if weights.w_input is None else to_ifco(weights.w_input, layout)
     bias = to_ifco(weights.bias, layout)
     if options.forget_bias != 0.0:

@@ -27,7 +27,7 @@ import numpy as np
 from .. import settings
 from . import gru, lstm, simple_rnn
 from .buffers import aligned_copy, aligned_empty, aligned_zeros
-from .common import Linalg, input_projection, trace_arrays
+from .common import Linalg, input_projection
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -73,8 +73,10 @@ def _strided(a: np.ndarray | None, dtype) -> np.ndarray | None:
     when its dtype or strides need it."""
     if a is None:
         return None
-    if a.dtype == dtype and a.ndim == 2 and all(s > 0 and s % a.itemsize == 0 for s in a.strides):
-        return a
+    if a.dtype == dtype and a.ndim == 2:
+        rows, columns = a.strides
+        if rows > 0 and columns > 0 and rows % a.itemsize == 0 and columns % a.itemsize == 0:
+            return a
     return np.ascontiguousarray(a, dtype=dtype)
 
 
@@ -85,13 +87,18 @@ def _mask(valid: np.ndarray | None) -> np.ndarray | None:
 def _recording(out, shapes: list, dtype) -> tuple[list, list]:
     """Arrays for the kernel to write (``out``'s own arrays where they are C-contiguous, else
     fresh ones) and the caller's arrays to copy them into afterwards."""
-    targets = trace_arrays(out, shapes, dtype)
+    if out is None:
+        work = [aligned_empty(shape, dtype) for shape in shapes]
+        return work, work
+    targets = list(out)
     work = [t if t.flags.c_contiguous and t.dtype == dtype else aligned_empty(t.shape, dtype)
             for t in targets]
     return work, targets
 
 
 def _copy_back(work: list, targets: list) -> list:
+    if work is targets:
+        return targets
     for w, t in zip(work, targets):
         if w is not t:
             t[...] = w
@@ -164,7 +171,8 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     """:func:`.lstm.lstm_forward` with the time loop native.  The input projection ``x W + b``
     runs inside the native call, a chunk of steps at a time (skip input: here, as x + b);
     ``keep_trace=False`` records only ``h`` and the last two cell states (a trace whose
-    ``gates``/``co`` hold one step and whose ``c`` holds the final state only)."""
+    ``gates``/``co`` are None and whose ``c`` holds the final state only: the kernel keeps
+    one step of them in its own buffers)."""
     native = settings.native_module()
     w = lstm.ifco_weights(weights, options)
     T, B = x.shape[:2]
@@ -179,18 +187,19 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     else:
         x_in, w_in, bias = _c(x, dtype), _strided(w.w_input, dtype), _c(w.bias, dtype)
     keep_trace = keep_trace or out is not None
-    shapes = (lstm.trace_shapes(T, B, H, Hout) if keep_trace
-              else [(1, B, 4 * H), (2, B, H), (1, B, H), (T + 1, B, Hout)])
-    work, targets = _recording(out, shapes, dtype)
-    gates, c_states, co, h_states = work
+    if keep_trace:
+        work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
+        gates, c_states, co, h_states = work
+    else:
+        gates = co = None
+        c_states, h_states = aligned_empty((2, B, H), dtype), aligned_empty((T + 1, B, Hout), dtype)
     c_states[0], h_states[0] = c0, h0
     native.lstm_forward(x_gates, x_in, w_in, bias, scale, _strided(w.w_recurrent, dtype), _peepholes(peep),
                         _c(w.w_proj, dtype), _mask(valid), float(options.cell_clip), keep_trace,
                         gates, c_states, co, h_states, _threads())
-    trace = lstm.LSTMTrace(*_copy_back(work, targets))
     if not keep_trace:
-        trace = trace._replace(c=trace.c[T % 2][None])
-    return trace
+        return lstm.LSTMTrace(None, c_states[T % 2][None], None, h_states)
+    return lstm.LSTMTrace(*_copy_back(work, targets))
 
 
 def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeights,
