@@ -31,9 +31,19 @@ void set_isa(const std::string& name) {
   current_table.store(t, std::memory_order_release);
 }
 
+// The dtype check of every array argument: NumPy's builtin descriptor by identity (a pointer
+// compare; py::array_t's own check goes through NumPy's casting tables, ~100 cache lines of
+// code per call), else NumPy's equivalence (an unpickled array's dtype is a distinct, equal object).
+template <class T>
+bool has_dtype(const py::object& o) {
+  if (!py::isinstance<py::array>(o)) return false;
+  static PyObject* const builtin = py::dtype::of<T>().release().ptr();
+  return py::detail::array_proxy(o.ptr())->descr == builtin || py::isinstance<py::array_t<T>>(o);
+}
+
 template <class T>
 py::array_t<T> checked(const py::object& o, const char* name) {
-  if (!py::isinstance<py::array_t<T>>(o))
+  if (!has_dtype<T>(o))
     throw py::type_error(std::string(name) + " must be a numpy array of the compute dtype");
   auto a = py::reinterpret_borrow<py::array_t<T>>(o);
   if (!(a.flags() & py::array::c_style))
@@ -66,7 +76,7 @@ const uint8_t* mask(const py::object& o) {
 // A 2-D array of the compute dtype with any element strides (a transposed view is fine).
 template <class T>
 StridedMatrix<T> strided(const py::object& o, const char* name) {
-  if (!py::isinstance<py::array_t<T>>(o))
+  if (!has_dtype<T>(o))
     throw py::type_error(std::string(name) + " must be a numpy array of the compute dtype");
   auto a = py::reinterpret_borrow<py::array>(o);
   if (a.ndim() != 2 || a.strides(0) % ssize_t(sizeof(T)) || a.strides(1) % ssize_t(sizeof(T)))
@@ -77,8 +87,8 @@ StridedMatrix<T> strided(const py::object& o, const char* name) {
 
 bool is_double(const py::object& o) {
   // dtype equivalence, not identity: an unpickled array's dtype is a distinct but equal object
-  if (py::isinstance<py::array_t<double>>(o)) return true;
-  if (py::isinstance<py::array_t<float>>(o)) return false;
+  if (has_dtype<double>(o)) return true;
+  if (has_dtype<float>(o)) return false;
   throw py::type_error("the native engine computes in float32 or float64");
 }
 
@@ -334,8 +344,8 @@ PYBIND11_MODULE(_native, m) {
     for (int a = 0; a < 2; ++a)
       if (dst.strides(a) % item || src.strides(a) % item)
         throw py::value_error("copy_2d needs whole-element strides");
-    if (py::isinstance<py::array_t<float>>(dst)) copy_2d<float>(dst, src);
-    else if (py::isinstance<py::array_t<double>>(dst)) copy_2d<double>(dst, src);
+    if (has_dtype<float>(dst)) copy_2d<float>(dst, src);
+    else if (has_dtype<double>(dst)) copy_2d<double>(dst, src);
     else throw py::type_error("copy_2d copies float32 or float64");
   }, py::arg("dst"), py::arg("src"), "dst[...] = src (2-D, any strides), tiled.");
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");

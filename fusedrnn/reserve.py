@@ -167,7 +167,7 @@ def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths
         raise ValueError(f"reserve_space has {reserve.size} elements, expected "
                          f"{-(-nbytes // reserve.dtype.itemsize)} for this configuration")
     stored_lengths = raw[HEADER_BYTES:HEADER_BYTES + 8 * B].view(np.int64)
-    if not np.array_equal(stored_lengths, lengths):
+    if stored_lengths.tobytes() != np.asarray(lengths, np.int64).tobytes():  # both [B] int64
         raise ValueError("sequence_lengths differ from the ones the forward pass used: "
                          f"forward {stored_lengths.tolist()}, backprop {np.asarray(lengths).tolist()}")
     return _views(raw, layout, compute), dropout_applied

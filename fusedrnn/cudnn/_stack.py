@@ -287,9 +287,11 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     d_out = aligned_copy(d_out, cd) if order is None else _rows(d_out, order).astype(cd, copy=False)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
-    dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
-    valid = _rows(problem.valid_mask(), order)
-    if valid is not None:
+    valid = None
+    if order is not None:
+        dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
+    if not problem.full_length:
+        valid = _rows(problem.valid_mask(), order)
         d_out *= valid[:, :, None]
     x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
     grad_flat = aligned_zeros(config.params_size, cd)
@@ -297,7 +299,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
     for layer in range(L - 1, -1, -1):
         layer_in = x_tm if layer == 0 else views[f"layer_input_{layer}"]
-        d_in = aligned_zeros(layer_in.shape, cd)
+        d_in = None  # the directions' input gradients summed: a fresh array of the first's
         for d in range(D):
             p = layer * D + d
             weights = _engine_weights(config, flat, p)
@@ -307,7 +309,10 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
                 dh_steps=_scan(d_out[:, :, d * Hout:(d + 1) * Hout], d),
                 dh_last=dh_final[p], dc_last=None if dc_final is None else dc_final[p],
                 valid=_scan(valid, d), need_dx=True)
-            d_in += _scan(grads.dx, d)
+            if d_in is None:
+                d_in = grads.dx  # scan order of direction 0 is time order
+            else:
+                d_in += _scan(grads.dx, d)
             dh0[p] = grads.dh0
             if is_lstm:
                 dc0[p] = grads.dc0
@@ -322,7 +327,9 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
             d_x = d_in
     if valid is not None:
         d_x *= valid[:, :, None]
-    d_x, dh0, dc0 = _unsort(d_x, order), _unsort(dh0, order), _unsort(dc0, order) if is_lstm else None
+    if order is not None:
+        d_x, dh0 = _unsort(d_x, order), _unsort(dh0, order)
+        dc0 = _unsort(dc0, order) if is_lstm else None
     input_backprop = _result(_to_time_major(d_x, time_major), dtype)
     input_h_backprop = _result(dh0.reshape(problem.state_shape), dtype)
     input_c_backprop = _result(dc0.reshape(problem.cell_shape), dtype) if is_lstm else np.zeros((), dtype)

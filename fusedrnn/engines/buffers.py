@@ -146,8 +146,10 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     The native engine's threads write disjoint column ranges of such arrays every step; on a
     boundary that is not a line boundary both would write one line, which then moves between
     their cores every step."""
-    dtype = np.dtype(dtype)
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    if type(shape) is not tuple:
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < POOL_MIN_BYTES:
         raw = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
@@ -164,7 +166,7 @@ def aligned_zeros(shape, dtype) -> np.ndarray:
 
 def aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
     """A C-contiguous, cache-line aligned copy of ``a`` in ``dtype``."""
-    out = aligned_empty(np.shape(a), dtype)
+    out = aligned_empty(a.shape if type(a) is np.ndarray else np.shape(a), dtype)
     out[...] = a
     return out
 
