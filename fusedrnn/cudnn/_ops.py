@@ -2,7 +2,8 @@
 ``cudnn_rnn_backprop``, ``cudnn_rnn_backprop_v2``, ``cudnn_rnn_backprop_v3``.
 
 Each parses its attributes (:mod:`fusedrnn.cudnn._resolve`) and calls ``_forward`` or
-``_backward`` (:mod:`fusedrnn.cudnn._stack`).  "module doc" in their docstrings is the docstring
+``_backward`` (:mod:`fusedrnn.cudnn._stack`); an inference forward tries the lean path of
+:mod:`fusedrnn.cudnn._lean` first.  "module doc" in their docstrings is the docstring
 of :mod:`fusedrnn.cudnn` (shapes, layouts, dropout).
 """
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..settings import public_op
 from ..validate import bool_attr
+from . import _lean
 from ._resolve import _attrs
 from ._results import CudnnRNNBackpropResult, CudnnRNNResult, CudnnRNNV2Result
 from ._stack import _backward, _forward
@@ -35,7 +37,16 @@ def cudnn_rnn(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="l
     attrs = _attrs(rnn_mode, input_mode, direction, dropout, seed, seed2)
     is_training = bool_attr(is_training, "is_training")
     inputs = dict(input=input, input_h=input_h, input_c=input_c, params=params)
-    return CudnnRNNResult(*_forward(attrs, inputs, None, is_training, True))
+    return CudnnRNNResult(*_run_forward(attrs, inputs, None, is_training, True))
+
+
+def _run_forward(attrs, inputs: dict, sequence_lengths, is_training: bool, time_major: bool) -> tuple:
+    """The lean path (:mod:`._lean`) where it applies, else the general one (same results)."""
+    if not is_training and time_major:
+        result = _lean.forward(attrs, inputs, sequence_lengths)
+        if result is not None:
+            return result
+    return _forward(attrs, inputs, sequence_lengths, is_training, time_major)
 
 
 def _host_reserved(is_training: bool) -> np.ndarray:
@@ -70,7 +81,7 @@ def cudnn_rnn_v3(input, input_h, input_c, params, sequence_lengths, *, rnn_mode=
     if sequence_lengths is None:
         raise TypeError("sequence_lengths is required for cudnn_rnn_v3 (a [batch_size] int32 vector)")
     inputs = dict(input=input, input_h=input_h, input_c=input_c, params=params)
-    result = _forward(attrs, inputs, sequence_lengths, is_training, time_major)
+    result = _run_forward(attrs, inputs, sequence_lengths, is_training, time_major)
     return CudnnRNNV2Result(*result, np.zeros((), dtype=np.int8))
 
 

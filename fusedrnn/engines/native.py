@@ -163,6 +163,48 @@ def _live_linalg(valid: np.ndarray | None) -> Linalg:
 
 
 # ----------------------------------------------------------------------------------------
+# Inference of one cuDNN pseudo-layer: the lean entry points of fusedrnn.cudnn._lean (the same
+# kernel calls as lstm_forward / gru_forward / rnn_forward below make for a cuDNN inference
+# without masks, peepholes or skip input, with none of their generality per call).
+# x [T, B, I] C-contiguous and h0 [B, Hout] (c0 [B, H]) in the compute dtype; the weights in
+# column form with any strides (w_input [I, G·H], w_recurrent [Hout, G·H], w_proj [H, P]),
+# biases C-contiguous [G·H].  Each returns h [T+1, B, Hout] (h[0] = h0).
+
+def lstm_inference(x, h0, c0, w_input, w_recurrent, bias, w_proj=None):
+    """LSTM (i, f, c, o; ``bias`` = b_W + b_R): ``(h [T+1, B, Hout], c_T [B, H])``."""
+    T, B = x.shape[:2]
+    H, dtype = c0.shape[-1], x.dtype
+    c_states, h_states = aligned_empty((2, B, H), dtype), aligned_empty((T + 1, B, h0.shape[-1]), dtype)
+    c_states[0], h_states[0] = c0, h0
+    settings.native_module().lstm_forward(None, x, w_input, bias, lstm.gate_scale(H, dtype), w_recurrent,
+                                          None, w_proj, None, 0.0, False, None, c_states, None,
+                                          h_states, settings.get_num_threads())
+    return h_states, c_states[T % 2]
+
+
+def gru_inference(x, h0, w_input, w_recurrent, bias_input, bias_recurrent):
+    """cuDNN GRU (r, u, h'; ``R_h h + b_Rh`` inside the reset product): ``h [T+1, B, H]``."""
+    T, B = x.shape[:2]
+    H, dtype = h0.shape[-1], x.dtype
+    gates, q_h = aligned_empty((1, B, 3 * H), dtype), aligned_empty((1, B, H), dtype)
+    h_states = aligned_empty((T + 1, B, H), dtype)
+    h_states[0] = h0
+    settings.native_module().gru_forward(None, x, w_input, bias_input, w_recurrent, bias_recurrent,
+                                         None, gates, q_h, h_states, settings.get_num_threads())
+    return h_states
+
+
+def rnn_inference(x, h0, w_input, w_recurrent, bias, relu: bool):
+    """tanh / relu RNN (``bias`` = b_W + b_R): ``h [T+1, B, H]``."""
+    T, B = x.shape[:2]
+    h_states = aligned_empty((T + 1, B, h0.shape[-1]), x.dtype)
+    h_states[0] = h0
+    settings.native_module().rnn_forward(None, x, w_input, bias, w_recurrent, relu, None, h_states,
+                                         settings.get_num_threads())
+    return h_states
+
+
+# ----------------------------------------------------------------------------------------
 # LSTM
 
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LSTMWeights,
