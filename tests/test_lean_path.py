@@ -14,6 +14,13 @@ pytestmark = pytest.mark.skipif(not fusedrnn.backend_info()["native_available"],
                                 reason="the lean path runs the native engine")
 
 
+@pytest.fixture(autouse=True)
+def native_backend():
+    """The lean path runs on the native backend only: selected here, whatever FUSEDRNN_BACKEND says."""
+    with settings.backend("native"):
+        yield
+
+
 def _inputs(prob):
     return dict(input=prob.x, input_h=prob.h, input_c=prob.c, params=prob.params)
 
@@ -71,13 +78,12 @@ def test_lean_path_leaves_other_calls_to_the_general_path(change, monkeypatch):
         inputs["input_h"] = prob.h.tolist()
     if change == "strided_params":
         inputs["params"] = np.repeat(prob.params, 2)[::2]
-    if change == "numpy_backend":
-        monkeypatch.setattr(settings, "_requested_backend", "numpy")
     if change == "memory_limit":
         monkeypatch.setenv("FUSEDRNN_MEMORY_LIMIT", str(2**40))
-    assert _lean.forward(_attrs_of(case), inputs, lengths) is None
-    result = fusedrnn.cudnn_rnn_v3(**inputs, sequence_lengths=lengths, is_training=False, **case.attrs())
-    _assert_same(result[:4], _stack._forward(_attrs_of(case), inputs, lengths, False, True))
+    with settings.backend("numpy" if change == "numpy_backend" else "native"):
+        assert _lean.forward(_attrs_of(case), inputs, lengths) is None
+        result = fusedrnn.cudnn_rnn_v3(**inputs, sequence_lengths=lengths, is_training=False, **case.attrs())
+        _assert_same(result[:4], _stack._forward(_attrs_of(case), inputs, lengths, False, True))
 
 
 def test_planned_signature_still_checks_what_can_change():
@@ -92,11 +98,9 @@ def test_planned_signature_still_checks_what_can_change():
         run(input_c=prob.c.astype(np.float64))  # ignored by a GRU, still checked
     with pytest.raises(ValueError, match="params size mismatch"):
         run(params=prob.params[:-1])
-    settings.set_backend("numpy")
-    try:
+    with settings.backend("numpy"):  # the planned signature on the other backend: the general path
+        assert _lean.forward(_attrs_of(case), _inputs(prob), prob.lengths) is None
         _assert_same(run()[:4], _stack._forward(_attrs_of(case), _inputs(prob), prob.lengths, False, True))
-    finally:
-        settings.set_backend(None)
 
 
 def test_outputs_are_fresh_per_call():
