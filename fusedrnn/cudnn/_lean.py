@@ -1,5 +1,6 @@
-"""The lean path of the commonest forward call: inference on the native backend of a
-uni-directional stack, time-major, float32/float64, every sequence of full length.
+"""The lean path of the commonest forward call: inference on the native backend of a stack
+(either direction setting and layout), float32/float64, linear input, every sequence of full
+length.
 
 A call is timed cold more often than not (a model's step between other work): then its cost is
 the cache lines it touches, and the general path (:func:`._stack._forward`: validation,
@@ -9,8 +10,8 @@ signature (attributes, shapes, dtype, thread count) runs every check of the gene
 stores a :class:`_Plan`; later calls with that signature only check what can change between
 them (the lengths' values, the backend, ``FUSEDRNN_MEMORY_LIMIT``) and call the kernels
 (:func:`fusedrnn.engines.native.lstm_inference` ...) with the parameter views the plan locates.
-Anything else (training, bidirectional, skip input, float16, batch-major, short sequences,
-non-ndarray inputs) returns ``None`` and the general path runs.  The two paths give the same
+Anything else (training, skip input, float16, short sequences, non-ndarray inputs, the numpy
+backend) returns ``None`` and the general path runs.  The two paths give the same
 bits (``tests/test_lean_path.py``).
 """
 
@@ -22,8 +23,9 @@ import numpy as np
 
 from .. import resources, settings
 from ..engines import native as native_engine
-from ..layout import RNNConfig, _pseudo_layer_spans
-from ._resolve import _Attrs, _lengths, _resolve_shapes
+from ..layout import _pseudo_layer_spans
+from ..engines.buffers import aligned_empty
+from ._resolve import _Attrs, _lengths, _Problem, _resolve_shapes
 from ._stack import _estimate_nbytes
 
 MAX_PLANS = 256
@@ -31,18 +33,17 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class _Plan(NamedTuple):
-    config: RNNConfig
-    T: int
-    B: int
-    spans: tuple  # per layer: _pseudo_layer_spans (w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
+    problem: _Problem  # lengths not set
+    spans: tuple  # per pseudo-layer: _pseudo_layer_spans (w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
 
 
 _plans: dict = {}  # signature -> _Plan, or None for a signature the lean path does not take
 
 
-def forward(attrs: _Attrs, inputs: dict, sequence_lengths) -> tuple | None:
-    """``(output, output_h, output_c, reserve_space)`` of an inference call (time-major), or None
-    when the general path must run it (which then raises any error the call deserves)."""
+def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> tuple | None:
+    """``(output, output_h, output_c, reserve_space)`` of an inference call, or None when the
+    general path must run it (which then raises any error the call deserves).  The same
+    operations as :func:`._stack._forward` for these calls, in the same order."""
     x, h, c, params = inputs["input"], inputs["input_h"], inputs["input_c"], inputs["params"]
     if not (type(x) is np.ndarray and type(h) is np.ndarray and type(c) is np.ndarray
             and type(params) is np.ndarray):
@@ -52,53 +53,72 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths) -> tuple | None:
             and x.flags.aligned and h.flags.aligned and c.flags.aligned and params.flags.c_contiguous
             and params.flags.aligned):
         return None
-    key = (attrs, x.shape, h.shape, c.shape, params.shape, dtype, settings._num_threads)
+    key = (attrs, x.shape, h.shape, c.shape, params.shape, dtype, time_major, settings._num_threads)
     plan = _plans.get(key, False)
     if plan is False:
-        plan = _make_plan(attrs, x, h, c, params, key)
+        plan = _make_plan(attrs, x, h, c, params, time_major, key)
     if plan is None:
         return None
-    config, T, B = plan.config, plan.T, plan.B
-    full_length = _lengths(sequence_lengths, T, B)[1]
-    if not full_length or settings.get_backend() != "native" or resources._limit_is_set():
+    problem = plan.problem
+    config, T, B = problem.config, problem.T, problem.B
+    if not _lengths(sequence_lengths, T, B)[1] or settings.get_backend() != "native" or resources._limit_is_set():
         return None
-    mode, L = config.rnn_mode, config.num_layers
-    layer_in = np.ascontiguousarray(x)
-    h_final = np.empty((L, B, config.hidden_out), dtype)
-    c_final = np.empty((L, B, config.num_units), dtype) if mode == "lstm" else None
-    for layer, (w_in, w_rec, w_proj, b_in, b_rec) in enumerate(plan.spans):
-        w_input = params[w_in[0]:w_in[1]].reshape(w_in[2]).T
-        w_recurrent = params[w_rec[0]:w_rec[1]].reshape(w_rec[2]).T
-        bias_input, bias_recurrent = params[b_in[0]:b_in[1]], params[b_rec[0]:b_rec[1]]
-        if mode == "lstm":
-            projection = None if w_proj is None else np.ascontiguousarray(
-                params[w_proj[0]:w_proj[1]].reshape(w_proj[2]).T)
-            h_states, c_final[layer] = native_engine.lstm_inference(
-                layer_in, h[layer], c[layer], w_input, w_recurrent, bias_input + bias_recurrent, projection)
-        elif mode == "gru":
-            h_states = native_engine.gru_inference(layer_in, h[layer], w_input, w_recurrent, bias_input,
-                                                   bias_recurrent)
-        else:
-            h_states = native_engine.rnn_inference(layer_in, h[layer], w_input, w_recurrent,
-                                                   bias_input + bias_recurrent, mode == "rnn_relu")
-        h_final[layer] = h_states[T]
-        layer_in = h_states[1:]
-    output_c = c_final if mode == "lstm" else np.zeros((), dtype)
-    return layer_in, h_final, output_c, np.zeros((), dtype)
+    mode, D, H, Hout = config.rnn_mode, config.num_dirs, config.num_units, config.hidden_out
+    LD = config.num_layers * D
+    layer_in = np.ascontiguousarray(x if time_major else x.transpose(1, 0, 2))
+    h0, c0 = h, c if mode == "lstm" else None
+    if not time_major:  # TF's reinterpretation of the states (module doc), not a transpose
+        h0, c0 = h.reshape(LD, B, Hout), None if c0 is None else c.reshape(LD, B, H)
+    h_final = np.empty((LD, B, Hout), dtype)
+    c_final = np.empty((LD, B, H), dtype) if mode == "lstm" else None
+    for layer in range(config.num_layers):
+        out = aligned_empty((T, B, 2 * Hout), dtype) if D == 2 else None
+        for d in range(D):
+            p = layer * D + d
+            h_states = _pseudo_layer(mode, layer_in if d == 0 else np.ascontiguousarray(layer_in[::-1]),
+                                     h0[p], None if c0 is None else c0[p], params, plan.spans[p],
+                                     c_final, p)
+            h_final[p] = h_states[T]
+            if d == 1:
+                out[::-1, :, Hout:] = h_states[1:]  # scan order back to time order
+            elif out is not None:
+                out[:, :, :Hout] = h_states[1:]
+            else:
+                out = h_states[1:]
+        layer_in = out
+    if not time_major:
+        layer_in = np.ascontiguousarray(layer_in.transpose(1, 0, 2))
+        h_final = h_final.reshape(problem.state_shape)
+        c_final = None if c_final is None else c_final.reshape(problem.cell_shape)
+    return layer_in, h_final, np.zeros((), dtype) if c_final is None else c_final, np.zeros((), dtype)
 
 
-def _make_plan(attrs: _Attrs, x, h, c, params, key: tuple) -> _Plan | None:
+def _pseudo_layer(mode: str, x, h0, c0, params, spans: tuple, c_final, p: int) -> np.ndarray:
+    """One pseudo-layer's ``h [T+1, B, Hout]`` (an LSTM's last cell state into ``c_final[p]``)."""
+    w_in, w_rec, w_proj, b_in, b_rec = spans
+    w_input = params[w_in[0]:w_in[1]].reshape(w_in[2]).T
+    w_recurrent = params[w_rec[0]:w_rec[1]].reshape(w_rec[2]).T
+    bias_input, bias_recurrent = params[b_in[0]:b_in[1]], params[b_rec[0]:b_rec[1]]
+    if mode == "lstm":
+        projection = None if w_proj is None else np.ascontiguousarray(params[w_proj[0]:w_proj[1]].reshape(w_proj[2]).T)
+        h_states, c_final[p] = native_engine.lstm_inference(x, h0, c0, w_input, w_recurrent,
+                                                            bias_input + bias_recurrent, projection)
+        return h_states
+    if mode == "gru":
+        return native_engine.gru_inference(x, h0, w_input, w_recurrent, bias_input, bias_recurrent)
+    return native_engine.rnn_inference(x, h0, w_input, w_recurrent, bias_input + bias_recurrent,
+                                       mode == "rnn_relu")
+
+
+def _make_plan(attrs: _Attrs, x, h, c, params, time_major: bool, key: tuple) -> _Plan | None:
     """The plan of a signature, after the general path's shape and memory checks (which raise
     its errors); None where the lean path does not apply."""
-    plan = None
-    if attrs.num_dirs == 1:
-        problem = _resolve_shapes(attrs, x.shape, h.shape, c.shape if attrs.rnn_mode == "lstm" else None,
-                                  params.shape, True)
-        config = problem.config
-        if (not config.skip_input and problem.B > 0
-                and _estimate_nbytes(problem, x.dtype, x.dtype, False, False) < resources.SMALL_CALL_BYTES):
-            spans = tuple(_pseudo_layer_spans(config, p) for p in range(config.num_layers))
-            plan = _Plan(config, problem.T, problem.B, spans)
+    problem = _resolve_shapes(attrs, x.shape, h.shape, c.shape if attrs.rnn_mode == "lstm" else None,
+                              params.shape, time_major)
+    config, plan = problem.config, None
+    if (not config.skip_input and problem.B > 0
+            and _estimate_nbytes(problem, x.dtype, x.dtype, False, False) < resources.SMALL_CALL_BYTES):
+        plan = _Plan(problem, tuple(_pseudo_layer_spans(config, p) for p in range(config.num_pseudo_layers)))
     if len(_plans) >= MAX_PLANS:
         _plans.clear()
     _plans[key] = plan

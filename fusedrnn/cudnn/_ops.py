@@ -42,8 +42,8 @@ def cudnn_rnn(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="l
 
 def _run_forward(attrs, inputs: dict, sequence_lengths, is_training: bool, time_major: bool) -> tuple:
     """The lean path (:mod:`._lean`) where it applies, else the general one (same results)."""
-    if not is_training and time_major:
-        result = _lean.forward(attrs, inputs, sequence_lengths)
+    if not is_training:
+        result = _lean.forward(attrs, inputs, sequence_lengths, time_major)
         if result is not None:
             return result
     return _forward(attrs, inputs, sequence_lengths, is_training, time_major)
