@@ -144,7 +144,7 @@ def read_reserve(reserve: np.ndarray, config: RNNConfig, T: int, B: int, lengths
     if raw.size < HEADER_BYTES or int(raw[:HEADER_BYTES].view(np.int64)[0]) != MAGIC:
         raise ValueError("reserve_space was not produced by a fusedrnn CudnnRNN forward with "
                          f"is_training=True (got {reserve.size} elements without the fusedrnn header)")
-    header = [int(v) for v in raw[:HEADER_BYTES].view(np.int64)]
+    header = raw[:HEADER_BYTES].view(np.int64).tolist()
     if header[1] != VERSION:
         raise ValueError(f"reserve_space has layout version {header[1]}, this fusedrnn reads version {VERSION}")
     dropout_applied = bool(header[11])

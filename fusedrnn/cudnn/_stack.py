@@ -53,9 +53,14 @@ _TRACE_TYPES = {"lstm": lstm_engine.LSTMTrace, "gru": gru_engine.GRUTrace}
 
 def _reserved_trace(views: dict, config: RNNConfig, T: int, B: int, p: int):
     """Pseudo-layer ``p``'s engine trace as views into the reserve buffer."""
-    items = reserve.trace_items(config.rnn_mode, T, B, config.num_units, config.hidden_out)
     trace_type = _TRACE_TYPES.get(config.rnn_mode, rnn_engine.RNNTrace)
-    return trace_type(*(views[f"p{p}.{name}"] for name, _ in items))
+    return trace_type(*[views[key] for key in _trace_keys(config.rnn_mode, p)])
+
+
+@functools.lru_cache(maxsize=256)
+def _trace_keys(mode: str, p: int) -> tuple:
+    """The reserve's names of pseudo-layer ``p``'s trace arrays, in the engine's order."""
+    return tuple(f"p{p}.{name}" for name, _ in reserve.trace_items(mode, 1, 1, 1, 1))
 
 
 def _engine_forward(mode: str, x, h0, c0, weights, valid, out):
