@@ -23,8 +23,8 @@ import numpy as np
 
 from .. import resources, settings
 from ..engines import native as native_engine
-from ..layout import _pseudo_layer_spans
 from ..engines.buffers import aligned_empty
+from ..layout import _pseudo_layer_spans
 from ._resolve import _Attrs, _lengths, _Problem, _resolve_shapes
 from ._stack import _estimate_nbytes
 
@@ -33,6 +33,9 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class _Plan(NamedTuple):
+    """What the first call of a signature derived: its dimensions and where each pseudo-layer's
+    parameters lie in ``params``."""
+
     problem: _Problem  # lengths not set
     spans: tuple  # per pseudo-layer: _pseudo_layer_spans (w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
 
