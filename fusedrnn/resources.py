@@ -66,6 +66,12 @@ _ENVIRON_DATA = getattr(os.environ, "_data", None)  # CPython's encoded copy, up
 _LIMIT_KEY = os.environ.encodekey("FUSEDRNN_MEMORY_LIMIT") if _ENVIRON_DATA is not None else None
 
 
+def must_check(nbytes: int) -> bool:
+    """Whether :func:`ensure_fits` looks up the available memory for an estimate of ``nbytes``:
+    from :data:`SMALL_CALL_BYTES` up, or whenever ``FUSEDRNN_MEMORY_LIMIT`` is set."""
+    return nbytes >= SMALL_CALL_BYTES or _limit_is_set()
+
+
 def _limit_is_set() -> bool:
     """``FUSEDRNN_MEMORY_LIMIT`` is set to a non-empty value (read on every call: a test may
     set it at run time), without ``os.environ.get``'s KeyError and key encoding per call."""
@@ -81,7 +87,7 @@ def ensure_fits(nbytes: int, op: str, detail) -> None:
     Calls estimated below ``SMALL_CALL_BYTES`` skip the (file-reading) lookup of the available
     memory, unless ``FUSEDRNN_MEMORY_LIMIT`` is set.
     """
-    if nbytes < SMALL_CALL_BYTES and not _limit_is_set():
+    if not must_check(nbytes):
         return
     available = available_memory()
     if available is not None and nbytes > available:

@@ -148,16 +148,33 @@ def single_thread_blas():
                 blas.set(_saved_threads)
 
 
-@contextlib.contextmanager
-def numerics():
-    """The context of one op call: IEEE propagation without warnings; one BLAS thread when
-    :data:`deterministic` is set."""
-    with np.errstate(all="ignore"):
+class numerics:
+    """The context of one op call (``with numerics(): ...``): IEEE propagation without warnings;
+    one BLAS thread when :data:`deterministic` is set.  A class rather than a generator context
+    manager: every public op enters it, and a cold call pays for each frame it runs."""
+
+    __slots__ = ("_errstate", "_blas")
+
+    def __enter__(self):
+        self._errstate, self._blas = np.errstate(all="ignore"), None
+        self._errstate.__enter__()
         if deterministic:
-            with single_thread_blas():
-                yield
-        else:
-            yield
+            blas = single_thread_blas()
+            try:
+                blas.__enter__()
+            except BaseException:
+                self._errstate.__exit__(None, None, None)
+                raise
+            self._blas = blas
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            if self._blas is not None:
+                self._blas.__exit__(*exc_info)
+        finally:
+            self._errstate.__exit__(*exc_info)
+        return False
 
 
 def public_op(function):
@@ -167,10 +184,7 @@ def public_op(function):
     @functools.wraps(function)
     def op(*args, **kwargs):
         wake_native_team()
-        with np.errstate(all="ignore"):  # numerics(), without a generator's frames per call
-            if deterministic:
-                with single_thread_blas():
-                    return function(*args, **kwargs)
+        with numerics():
             return function(*args, **kwargs)
 
     return op

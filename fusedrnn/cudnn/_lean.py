@@ -26,7 +26,7 @@ from ..engines import native as native_engine
 from ..engines.buffers import aligned_empty
 from ..layout import _pseudo_layer_spans
 from ._resolve import _Attrs, _lengths, _Problem, _resolve_shapes
-from ._stack import _estimate_nbytes
+from ._stack import _estimate_nbytes, _scan, _to_time_major
 
 MAX_PLANS = 256
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -37,6 +37,7 @@ class _Plan(NamedTuple):
     parameters lie in ``params``."""
 
     problem: _Problem  # lengths not set
+    nbytes: int  # the memory estimate of the general path
     spans: tuple  # per pseudo-layer: _pseudo_layer_spans (w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
 
 
@@ -56,7 +57,7 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> 
             and x.flags.aligned and h.flags.aligned and c.flags.aligned and params.flags.c_contiguous
             and params.flags.aligned):
         return None
-    key = (attrs, x.shape, h.shape, c.shape, params.shape, dtype, time_major, settings._num_threads)
+    key = (attrs, x.shape, h.shape, c.shape, params.shape, dtype, time_major, settings.get_num_threads())
     plan = _plans.get(key, False)
     if plan is False:
         plan = _make_plan(attrs, x, h, c, params, time_major, key)
@@ -64,11 +65,12 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> 
         return None
     problem = plan.problem
     config, T, B = problem.config, problem.T, problem.B
-    if not _lengths(sequence_lengths, T, B)[1] or settings.get_backend() != "native" or resources._limit_is_set():
+    if (not _lengths(sequence_lengths, T, B)[1] or settings.get_backend() != "native"
+            or resources.must_check(plan.nbytes)):
         return None
     mode, D, H, Hout = config.rnn_mode, config.num_dirs, config.num_units, config.hidden_out
     LD = config.num_layers * D
-    layer_in = np.ascontiguousarray(x if time_major else x.transpose(1, 0, 2))
+    layer_in = np.ascontiguousarray(_to_time_major(x, time_major))
     h0, c0 = h, c if mode == "lstm" else None
     if not time_major:  # TF's reinterpretation of the states (module doc), not a transpose
         h0, c0 = h.reshape(LD, B, Hout), None if c0 is None else c.reshape(LD, B, H)
@@ -78,19 +80,16 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> 
         out = aligned_empty((T, B, 2 * Hout), dtype) if D == 2 else None
         for d in range(D):
             p = layer * D + d
-            h_states = _pseudo_layer(mode, layer_in if d == 0 else np.ascontiguousarray(layer_in[::-1]),
-                                     h0[p], None if c0 is None else c0[p], params, plan.spans[p],
-                                     c_final, p)
+            h_states = _pseudo_layer(mode, np.ascontiguousarray(_scan(layer_in, d)), h0[p],
+                                     None if c0 is None else c0[p], params, plan.spans[p], c_final, p)
             h_final[p] = h_states[T]
-            if d == 1:
-                out[::-1, :, Hout:] = h_states[1:]  # scan order back to time order
-            elif out is not None:
-                out[:, :, :Hout] = h_states[1:]
-            else:
+            if out is None:
                 out = h_states[1:]
+            else:  # scan order back to time order
+                _scan(out[:, :, d * Hout:(d + 1) * Hout], d)[...] = h_states[1:]
         layer_in = out
     if not time_major:
-        layer_in = np.ascontiguousarray(layer_in.transpose(1, 0, 2))
+        layer_in = np.ascontiguousarray(_to_time_major(layer_in, False))
         h_final = h_final.reshape(problem.state_shape)
         c_final = None if c_final is None else c_final.reshape(problem.cell_shape)
     return layer_in, h_final, np.zeros((), dtype) if c_final is None else c_final, np.zeros((), dtype)
@@ -114,14 +113,15 @@ def _pseudo_layer(mode: str, x, h0, c0, params, spans: tuple, c_final, p: int) -
 
 
 def _make_plan(attrs: _Attrs, x, h, c, params, time_major: bool, key: tuple) -> _Plan | None:
-    """The plan of a signature, after the general path's shape and memory checks (which raise
-    its errors); None where the lean path does not apply."""
+    """The plan of a signature, after the general path's shape checks (which raise its errors);
+    None where the lean path does not apply.  The memory check stays per call: a call whose
+    estimate needs one (``resources.must_check``) takes the general path."""
     problem = _resolve_shapes(attrs, x.shape, h.shape, c.shape if attrs.rnn_mode == "lstm" else None,
                               params.shape, time_major)
     config, plan = problem.config, None
-    if (not config.skip_input and problem.B > 0
-            and _estimate_nbytes(problem, x.dtype, x.dtype, False, False) < resources.SMALL_CALL_BYTES):
-        plan = _Plan(problem, tuple(_pseudo_layer_spans(config, p) for p in range(config.num_pseudo_layers)))
+    if not config.skip_input and problem.B > 0:
+        plan = _Plan(problem, _estimate_nbytes(problem, x.dtype, x.dtype, False, False),
+                     tuple(_pseudo_layer_spans(config, p) for p in range(config.num_pseudo_layers)))
     if len(_plans) >= MAX_PLANS:
         _plans.clear()
     _plans[key] = plan

@@ -53,8 +53,8 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: GRUWeights,
     """Run the recurrence over ``x[T, B, in]`` from ``h0[B, H]``; ``out``: preallocated
     trace arrays to record into (shapes as in :class:`GRUTrace`).  ``keep_trace=False``
     (inference, no ``out``): the caller reads only ``h``, so an engine may return ``gates`` and
-    ``q_h`` with fewer steps (the native engine does; this reference engine records everything
-    either way)."""
+    ``q_h`` as None (the native engine does; this reference engine records everything either
+    way)."""
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype

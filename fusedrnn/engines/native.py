@@ -163,43 +163,49 @@ def _live_linalg(valid: np.ndarray | None) -> Linalg:
 
 
 # ----------------------------------------------------------------------------------------
-# Inference of one cuDNN pseudo-layer: the lean entry points of fusedrnn.cudnn._lean (the same
-# kernel calls as lstm_forward / gru_forward / rnn_forward below make for a cuDNN inference
-# without masks, peepholes or skip input, with none of their generality per call).
-# x [T, B, I] C-contiguous and h0 [B, Hout] (c0 [B, H]) in the compute dtype; the weights in
+# Forward passes that keep no trace (inference): the one place each binding is called without
+# one (lstm_forward / gru_forward / rnn_forward below, and fusedrnn.cudnn._lean directly).
+# x [T, B, I] C-contiguous (None when x_gates [T, B, G·H], the already projected input of a
+# skip-input layer, is given) and h0 [B, Hout] (c0 [B, H]) in the compute dtype; the weights in
 # column form with any strides (w_input [I, G·H], w_recurrent [Hout, G·H], w_proj [H, P]),
-# biases C-contiguous [G·H].  Each returns h [T+1, B, Hout] (h[0] = h0).
+# biases, peepholes and the [T, B] mask C-contiguous.  Each returns h [T+1, B, Hout] (h[0] = h0).
 
-def lstm_inference(x, h0, c0, w_input, w_recurrent, bias, w_proj=None):
-    """LSTM (i, f, c, o; ``bias`` = b_W + b_R): ``(h [T+1, B, Hout], c_T [B, H])``."""
-    T, B = x.shape[:2]
-    H, dtype = c0.shape[-1], x.dtype
+def lstm_inference(x, h0, c0, w_input, w_recurrent, bias, w_proj=None, *, x_gates=None,
+                   peepholes=None, valid=None, cell_clip: float = 0.0):
+    """LSTM (i, f, c, o; ``bias`` = b_W + b_R; ``peepholes`` halved, [3, H]):
+    ``(h [T+1, B, Hout], c_T [B, H])``."""
+    source = x if x is not None else x_gates
+    T, B, H, dtype = *source.shape[:2], c0.shape[-1], source.dtype
     c_states, h_states = aligned_empty((2, B, H), dtype), aligned_empty((T + 1, B, h0.shape[-1]), dtype)
     c_states[0], h_states[0] = c0, h0
-    settings.native_module().lstm_forward(None, x, w_input, bias, lstm.gate_scale(H, dtype), w_recurrent,
-                                          None, w_proj, None, 0.0, False, None, c_states, None,
-                                          h_states, settings.get_num_threads())
+    settings.native_module().lstm_forward(x_gates, x, w_input, bias, lstm.gate_scale(H, dtype), w_recurrent,
+                                          peepholes, w_proj, valid, cell_clip, False, None, c_states,
+                                          None, h_states, settings.get_num_threads())
     return h_states, c_states[T % 2]
 
 
-def gru_inference(x, h0, w_input, w_recurrent, bias_input, bias_recurrent):
-    """cuDNN GRU (r, u, h'; ``R_h h + b_Rh`` inside the reset product): ``h [T+1, B, H]``."""
-    T, B = x.shape[:2]
-    H, dtype = h0.shape[-1], x.dtype
+def gru_inference(x, h0, w_input, w_recurrent, bias_input, bias_recurrent, *, x_gates=None, valid=None):
+    """cuDNN GRU (r, u, h'; ``R_h h + b_Rh`` inside the reset product): ``h [T+1, B, H]`` (its
+    gate and ``R_h h`` buffers hold one step)."""
+    source = x if x is not None else x_gates
+    T, B, H, dtype = *source.shape[:2], h0.shape[-1], source.dtype
     gates, q_h = aligned_empty((1, B, 3 * H), dtype), aligned_empty((1, B, H), dtype)
     h_states = aligned_empty((T + 1, B, H), dtype)
     h_states[0] = h0
-    settings.native_module().gru_forward(None, x, w_input, bias_input, w_recurrent, bias_recurrent,
-                                         None, gates, q_h, h_states, settings.get_num_threads())
+    settings.native_module().gru_forward(x_gates, x, w_input, bias_input, w_recurrent, bias_recurrent,
+                                         valid, gates, q_h, h_states, settings.get_num_threads())
     return h_states
 
 
-def rnn_inference(x, h0, w_input, w_recurrent, bias, relu: bool):
-    """tanh / relu RNN (``bias`` = b_W + b_R): ``h [T+1, B, H]``."""
-    T, B = x.shape[:2]
-    h_states = aligned_empty((T + 1, B, h0.shape[-1]), x.dtype)
+def rnn_inference(x, h0, w_input, w_recurrent, bias, relu: bool, *, x_gates=None, valid=None,
+                  h_states=None):
+    """tanh / relu RNN (``bias`` = b_W + b_R): ``h [T+1, B, H]``, into ``h_states`` when given
+    (a C-contiguous array of that shape: h is all of an RNN's trace)."""
+    source = x if x is not None else x_gates
+    if h_states is None:
+        h_states = aligned_empty((source.shape[0] + 1, source.shape[1], h0.shape[-1]), source.dtype)
     h_states[0] = h0
-    settings.native_module().rnn_forward(None, x, w_input, bias, w_recurrent, relu, None, h_states,
+    settings.native_module().rnn_forward(x_gates, x, w_input, bias, w_recurrent, relu, valid, h_states,
                                          settings.get_num_threads())
     return h_states
 
@@ -228,19 +234,17 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
         x_gates *= scale
     else:
         x_in, w_in, bias = _c(x, dtype), _strided(w.w_input, dtype), _c(w.bias, dtype)
-    keep_trace = keep_trace or out is not None
-    if keep_trace:
-        work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
-        gates, c_states, co, h_states = work
-    else:
-        gates = co = None
-        c_states, h_states = aligned_empty((2, B, H), dtype), aligned_empty((T + 1, B, Hout), dtype)
+    w_rec, w_proj, peepholes = _strided(w.w_recurrent, dtype), _c(w.w_proj, dtype), _peepholes(peep)
+    if not (keep_trace or out is not None):
+        h_states, c_last = lstm_inference(x_in, h0, c0, w_in, w_rec, bias, w_proj, x_gates=x_gates,
+                                          peepholes=peepholes, valid=_mask(valid),
+                                          cell_clip=float(options.cell_clip))
+        return lstm.LSTMTrace(None, c_last[None], None, h_states)
+    work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
+    gates, c_states, co, h_states = work
     c_states[0], h_states[0] = c0, h0
-    native.lstm_forward(x_gates, x_in, w_in, bias, scale, _strided(w.w_recurrent, dtype), _peepholes(peep),
-                        _c(w.w_proj, dtype), _mask(valid), float(options.cell_clip), keep_trace,
-                        gates, c_states, co, h_states, _threads())
-    if not keep_trace:
-        return lstm.LSTMTrace(None, c_states[T % 2][None], None, h_states)
+    native.lstm_forward(x_gates, x_in, w_in, bias, scale, w_rec, peepholes, w_proj, _mask(valid),
+                        float(options.cell_clip), True, gates, c_states, co, h_states, _threads())
     return lstm.LSTMTrace(*_copy_back(work, targets))
 
 
@@ -275,7 +279,7 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
                 valid: np.ndarray | None = None, out: gru.GRUTrace | None = None,
                 keep_trace: bool = True) -> gru.GRUTrace:
     """:func:`.gru.gru_forward` with the time loop native; ``keep_trace=False`` records only
-    ``h`` (a trace whose ``gates`` and ``q_h`` hold one step)."""
+    ``h`` (a trace whose ``gates`` and ``q_h`` are None: :func:`gru_inference`)."""
     native = settings.native_module()
     T, B = x.shape[:2]
     H = h0.shape[-1]
@@ -284,14 +288,15 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
         x_gates, x_in = input_projection(x, None, weights.bias_input, 3), None
     else:  # x W + bW inside the native call
         x_gates, x_in = None, _c(x, dtype)
-    keep_trace = keep_trace or out is not None
-    shapes = gru.trace_shapes(T, B, H) if keep_trace else gru.trace_shapes(1, B, H)[:2] + [(T + 1, B, H)]
-    work, targets = _recording(out, shapes, dtype)
+    w_in, b_in = _strided(weights.w_input, dtype), _c(weights.bias_input, dtype)
+    w_rec, b_rec = _strided(weights.w_recurrent, dtype), _c(weights.bias_recurrent, dtype)
+    if not (keep_trace or out is not None):
+        h_states = gru_inference(x_in, h0, w_in, w_rec, b_in, b_rec, x_gates=x_gates, valid=_mask(valid))
+        return gru.GRUTrace(None, None, h_states)
+    work, targets = _recording(out, gru.trace_shapes(T, B, H), dtype)
     gates, q_h, h_states = work
     h_states[0] = h0
-    native.gru_forward(x_gates, x_in, _strided(weights.w_input, dtype), _c(weights.bias_input, dtype),
-                       _strided(weights.w_recurrent, dtype), _c(weights.bias_recurrent, dtype),
-                       _mask(valid), gates, q_h, h_states, _threads())
+    native.gru_forward(x_gates, x_in, w_in, b_in, w_rec, b_rec, _mask(valid), gates, q_h, h_states, _threads())
     return gru.GRUTrace(*_copy_back(work, targets))
 
 
@@ -319,7 +324,6 @@ def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: simple_rnn.RNNWeights, a
                 valid: np.ndarray | None = None,
                 out: simple_rnn.RNNTrace | None = None) -> simple_rnn.RNNTrace:
     """:func:`.simple_rnn.rnn_forward` with the time loop native."""
-    native = settings.native_module()
     T, B = x.shape[:2]
     H = h0.shape[-1]
     dtype = x.dtype
@@ -328,11 +332,9 @@ def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: simple_rnn.RNNWeights, a
     else:  # x W + b inside the native call
         x_gates, x_in = None, _c(x, dtype)
     work, targets = _recording(out, [(T + 1, B, H)], dtype)
-    (h_states,) = work
-    h_states[0] = h0
-    native.rnn_forward(x_gates, x_in, _strided(weights.w_input, dtype), _c(weights.bias, dtype),
-                       _strided(weights.w_recurrent, dtype), activation == "relu", _mask(valid),
-                       h_states, _threads())
+    rnn_inference(x_in, h0, _strided(weights.w_input, dtype), _strided(weights.w_recurrent, dtype),
+                  _c(weights.bias, dtype), activation == "relu", x_gates=x_gates, valid=_mask(valid),
+                  h_states=work[0])
     return simple_rnn.RNNTrace(*_copy_back(work, targets))
 
 
