@@ -282,6 +282,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("team_stats", [] {
     return py::make_tuple(full_teams.load(), short_teams.load());
   }, "(jobs that ran with every thread asked for, jobs that ran with fewer): diagnostics.");
+  m.def("set_join_delay", [](double seconds) { set_join_delay_ns(int64_t(seconds * 1e9)); },
+        py::arg("seconds"),
+        "Test hook: workers wait this long before they join a time loop (late workers); 0: off.");
   m.def("release_cached_workspaces", &workspace_release_cached,
         "Frees the kernels' recycled workspace blocks that no call is using.");
   m.def("panel_width", [](int itemsize) {

@@ -63,5 +63,60 @@ void run_job(Job& job, int threads, int64_t flops) {
   }, &job, flops);
 }
 
+// Items per phase of an open time loop over `panels` panels: a few per thread (a late or slow
+// thread's share is taken over in small pieces), one for a thread alone.
+inline int64_t phase_items(int64_t panels, int participants) {
+  const int64_t most = participants > 1 ? 4 * int64_t(participants) : 1;
+  return panels < most ? (panels > 0 ? panels : 1) : most;
+}
+
+// One participant's walk through the phases of an open job, in order.
+class PhaseWalk {
+ public:
+  PhaseWalk(PhaseQueue& queue, int participant) : queue_(queue), participant_(participant) {}
+  // Once the phases before are done: item(i, first) for each item i of the next phase that this
+  // thread takes (`first`: its first one in this phase, e.g. to pack an operand they share).
+  template <class Item>
+  void run(int64_t items, Item item) {
+    queue_.wait_open(phase_);
+    int64_t count = 0, i = 0;
+    while (queue_.claim(participant_, phase_, items, &i)) {
+      item(i, count == 0);
+      ++count;
+    }
+    queue_.finish(phase_, items, count);
+    ++phase_;
+  }
+  // Returns once every phase walked so far is done (the caller, before the job's results are read).
+  void wait_all() { queue_.wait_open(phase_); }
+
+ private:
+  PhaseQueue& queue_;
+  int participant_;
+  int64_t phase_ = 0;
+};
+
+// A forward loop's input-projection phase: at a step t that starts a chunk of the in-loop
+// projection (ChunkedProjection, x given), x W + b of the chunk, an item per range of the
+// `panels` panels; no phase at other steps.
+template <class T>
+void projection_phase(PhaseWalk& walk, const ChunkedProjection<T>& input, int64_t t, int64_t steps,
+                      int64_t panels, int64_t items, T* work) {
+  if (!input.x || !input.starts_chunk(t)) return;
+  walk.run(items, [&](int64_t item, bool first) {
+    int64_t j0, j1;
+    split_blocks(panels, int(item), int(items), &j0, &j1);
+    input.compute(t, steps, j0, j1, work, first);
+  });
+}
+
+// Runs `Job::run(participant, participants)` of an open job (run_team_open) on the team.
+template <class Job>
+void run_open_job(Job& job, int threads) {
+  run_team_open(threads, [](void* context, int p, int n, Sync*) {
+    static_cast<Job*>(context)->run(p, n);
+  }, &job);
+}
+
 }  // namespace FUSEDRNN_ISA
 }  // namespace fusedrnn

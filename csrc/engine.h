@@ -191,6 +191,46 @@ void run_team(int threads, JobFunction job, void* context, int64_t flops);
 // Sleeping workers start waking up (a call is coming; waking a halted vCPU takes up to ms).
 void wake_team();
 
+// An open job: job(context, p, participants, nullptr) runs on the caller (p = 0) at once and on
+// each worker that arrives while the caller is still inside it (p = 1, 2, ... in order of
+// arrival, p < participants ≤ threads), however late.  The job shares its work through a
+// PhaseQueue, so whoever takes part computes it and nobody waits for a worker that is still
+// waking up; run_team_open returns when the caller's call has returned and every worker has
+// left the job.  When the team is busy the caller runs it alone.
+void run_team_open(int threads, JobFunction job, void* context);
+
+// The work of an open job: phases 0, 1, ... in order, phase q of items(q) ≥ 1 items; an item
+// of phase q starts only once every item of phase q - 1 is done (wait_open).  Participant p
+// claims the items of its own share of a phase first (split_blocks(items, p, participants):
+// with a full team each thread keeps the same items, and their cache lines, from step to step),
+// then takes the items left in the others' shares (a thread that is absent or slow is covered
+// by those that are there).  Which thread computes an item never changes its result.
+class PhaseQueue {
+ public:
+  explicit PhaseQueue(int participants);
+  ~PhaseQueue();
+  PhaseQueue(const PhaseQueue&) = delete;
+  PhaseQueue& operator=(const PhaseQueue&) = delete;
+  // Returns once every item of the phases before `phase` is done.
+  void wait_open(int64_t phase);
+  // An item of `phase` (of `items`) not yet taken, taken for `participant`: false when none is left.
+  bool claim(int participant, int64_t phase, int64_t items, int64_t* item);
+  // This thread has done `count` items of `phase` (after its last claim in it).
+  void finish(int64_t phase, int64_t items, int64_t count);
+
+ private:
+  struct alignas(64) Share {
+    std::atomic<uint64_t> next{0};  // (phase + 1) << 32 | next item of the share; 0: untouched
+  };
+  int participants_;
+  Share* shares_;
+  alignas(64) std::atomic<uint64_t> done_{0};  // phase << 32 | its items done
+};
+
+// Test hook: a worker waits this long after it sees an open job before it tries to join it
+// (a worker still waking up, or one that arrives after the job is done).
+void set_join_delay_ns(int64_t ns);
+
 // Jobs that asked for more than one thread and ran with all of them, and with fewer (a worker
 // had not joined within the join window, or a small job ran alone beside cold workers):
 // diagnostics.

@@ -254,13 +254,31 @@ constexpr size_t gemm_workspace_values(int64_t M, int64_t K) {
 // live in a contiguous tile, not in C: C's rows are often a power of two apart (4H columns),
 // and re-reading them between chunks would evict the panel from L1 (its rows share a set).
 template <class T>
+void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t first, int64_t last,
+                 T* C, int64_t ldc, T* work);
+
+template <class T>
 void gemm_panels(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, int64_t first,
                  int64_t last, T* C, int64_t ldc, T* work) {
+  if (first >= last) return;
+  pack_gemm_rows(M, A, lda, B, work);
+  gemm_packed(M, work, B, first, last, C, ldc, work);
+}
+
+// The first half of gemm_panels: A's M rows (row stride lda) packed into `work` for B's depth.
+template <class T>
+void pack_gemm_rows(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, T* work) {
+  pack_rows(A, lda, int64_t(1), M, int64_t(0), B.rows, work);
+}
+
+// The second half: `work` holds A packed by pack_gemm_rows (the same M and B.rows), so several
+// panel ranges of one product pack A once.
+template <class T>
+void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t first, int64_t last,
+                 T* C, int64_t ldc, T* work) {
   constexpr int nr = PackedMatrix<T>::nr;
   const int64_t panel_stride = B.panel_rows() * nr;
   if (first >= last) return;
-  T* a_pack = work;
-  pack_rows(A, lda, int64_t(1), M, int64_t(0), B.rows, a_pack);
   const bool chunked = B.rows > kKChunk;
   T* tile = work + M * B.rows;
   // Panels outermost (a panel's K chunk is reused from L1 by every row block); several panels
@@ -352,35 +370,43 @@ struct ChunkedProjection {
     return rows;
   }
 
-  // x_t W + b for step t (own columns), computing the chunk that starts at t when t is its first.
-  // `work`: ProjectionBuffers::work values of this thread.
-  const T* step(int64_t t, int64_t steps, int64_t first, int64_t last, T* work) const {
-    const int64_t in_chunk = t % chunk_steps, width = w.groups * w.columns;
-    if (in_chunk == 0) {
-      const int64_t n = steps - t < chunk_steps ? steps - t : chunk_steps;
-      const int64_t rows = projected_rows(t, n);
-      const T* rows_x = x + t * batch * inputs;
+  // Computes panels [first, last) of the chunk that starts at step t0.  `pack`: first pack the
+  // chunk's rows of x into `work` (else this thread packed them for an earlier panel range of the
+  // same chunk).  `work`: ProjectionBuffers::work values of this thread.
+  void compute(int64_t t0, int64_t steps, int64_t first, int64_t last, T* work, bool pack) const {
+    const int64_t n = steps - t0 < chunk_steps ? steps - t0 : chunk_steps, width = w.groups * w.columns;
+    const int64_t rows = projected_rows(t0, n);
+    if (pack) {
+      const T* rows_x = x + t0 * batch * inputs;
       if (valid) {  // the live rows of each step, one after the other
         T* compact = work + gemm_workspace_values<T>(chunk_steps * batch, inputs);
-        for (int64_t s = t, r = 0; s < t + n; ++s) {
+        for (int64_t s = t0, r = 0; s < t0 + n; ++s) {
           const int64_t live = live_rows(valid + s * batch, batch);
           std::memcpy(compact + r * inputs, x + s * batch * inputs, size_t(live * inputs) * sizeof(T));
           r += live;
         }
         rows_x = compact;
       }
-      gemm_panels(rows, rows_x, inputs, w, first, last, buffer, width, work);
-      const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t g = 0; g < w.groups; ++g) {
-          T* row = buffer + r * width + g * w.columns;
-          const T* b = bias + g * w.columns;
-          for (int64_t u = u0; u < u1; ++u) row[u] += b[u];
-          if (scale)
-            for (int64_t u = u0; u < u1; ++u) row[u] *= scale[g * w.columns + u];
-        }
+      pack_gemm_rows(rows, rows_x, inputs, w, work);
     }
-    return buffer + projected_rows(t - in_chunk, in_chunk) * width;
+    gemm_packed(rows, work, w, first, last, buffer, width, work);
+    const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < w.groups; ++g) {
+        T* row = buffer + r * width + g * w.columns;
+        const T* b = bias + g * w.columns;
+        for (int64_t u = u0; u < u1; ++u) row[u] += b[u];
+        if (scale)
+          for (int64_t u = u0; u < u1; ++u) row[u] *= scale[g * w.columns + u];
+      }
+  }
+
+  bool starts_chunk(int64_t t) const { return t % chunk_steps == 0; }
+
+  // Step t's rows of x_t W + b (computed by `compute` for the chunk that holds t).
+  const T* at(int64_t t) const {
+    const int64_t in_chunk = t % chunk_steps;
+    return buffer + projected_rows(t - in_chunk, in_chunk) * w.groups * w.columns;
   }
 
 };

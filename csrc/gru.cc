@@ -16,23 +16,36 @@ struct GruForwardJob {
   T* q;                 // [B, 3H] h_{t-1} R + bR
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W + bW (when x_gates is not given)
+  PhaseQueue* queue;            // the work of the threads that take part
 
-  void run(int t_id, int n_threads, Sync* sync) {
+  // Phases: packing (R, W), then per step: the input projection of a chunk of steps (when it
+  // starts one and x W is computed here), the GEMM slices and gate math.  An item is a range of
+  // R's panels.
+  void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
-    int64_t j0, j1;
-    split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1);
-    if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
-    const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
+    const int64_t items = phase_items(rec.panels(), participants);
+    T* work = a_packs->of(p);
     const T half = T(0.5);
+    PhaseWalk walk(*queue, p);
+    walk.run(items, [&](int64_t item, bool) {
+      int64_t j0, j1;
+      split_blocks(rec.panels(), int(item), int(items), &j0, &j1);
+      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1);
+      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
+    });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev_t = a.h + t * B * H;
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      if (n > 0) {
-        const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.step(t, T_, j0, j1, a_packs->of(t_id));
-        gemm_panels(live, h_prev_t, H, rec, j0, j1, q, G, a_packs->of(t_id));
+      projection_phase(walk, input, t, T_, rec.panels(), items, work);
+      const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.at(t);
+      walk.run(items, [&](int64_t item, bool first) {
+        int64_t j0, j1;
+        split_blocks(rec.panels(), int(item), int(items), &j0, &j1);
+        const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
+        if (first) pack_gemm_rows(live, h_prev_t, H, rec, work);
+        gemm_packed(live, work, rec, j0, j1, q, G, work);
         carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept, trace rows zero
         const int64_t trace_t = a.keep_trace ? t : 0;
         zero_rows(a.gates + trace_t * B * G, live, B, 3, H, u0, u1);
@@ -68,9 +81,9 @@ struct GruForwardJob {
           if (valid && !valid[b])
             for (int64_t u = u0; u < u1; ++u) hn[u] = hp[u];
         }
-      }
-      sync->wait();
+      });
     }
+    if (p == 0) walk.wait_all();
   }
 };
 
@@ -140,7 +153,7 @@ struct GruBackwardJob {
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  GruForwardJob<T> job{a, {}, nullptr, nullptr, {}};
+  GruForwardJob<T> job{a, {}, nullptr, nullptr, {}, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
   Buffer<T> rec(job.rec.values()), q(size_t(a.batch * 3 * a.units));
   job.rec.data = rec.data;
@@ -150,8 +163,9 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units + (a.x_gates ? 0 : a.inputs), 3 * a.units) +
-                         stream_flops(a.steps, a.units, 3 * a.units, sizeof(T)));
+  PhaseQueue queue(team);
+  job.queue = &queue;
+  run_open_job(job, team);
 }
 
 template <class T>

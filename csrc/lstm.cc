@@ -22,6 +22,7 @@ struct LstmForwardJob {
   T* m;                       // [B, H] o ⊙ tanh(c) before the projection
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W (when x_gates is not given)
+  PhaseQueue* queue;            // the work of the threads that take part
   // Where the steps are recorded: the caller's trace, or (keep_trace = false) one-step buffers of
   // the engine's own, 64-byte aligned so that the two threads' units never share a cache line
   // (NumPy's arrays are not: rewriting the same lines every step made them ping-pong).
@@ -82,19 +83,30 @@ struct LstmForwardJob {
     }
   }
 
-  void run(int t_id, int n_threads, Sync* sync) {
+  // Phases: packing (R, W, W_P), then per step: the input projection of a chunk of steps
+  // (when it starts one and x W is computed here), the GEMM slices and gate math, the
+  // projection (W_P).  An item is a range of R's panels (of W_P's in the projection phase).
+  void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
-    int64_t j0, j1, q0 = 0, q1 = 0;
-    split_blocks(rec.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1, a.gate_scale);
-    if (a.w_proj) {
-      split_blocks(proj.panels(), t_id, n_threads, &q0, &q1);
-      pack_panels(a.w_proj, P, 1, proj, q0, q1);
-    }
-    if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
-    const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
-    const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
+    const int64_t units_items = phase_items(rec.panels(), participants);
+    const int64_t proj_items = a.w_proj ? phase_items(proj.panels(), participants) : 0;
     const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
+    T* work = a_packs->of(p);
+    const auto units_of = [&](int64_t item, int64_t* j0, int64_t* j1) {
+      split_blocks(rec.panels(), int(item), int(units_items), j0, j1);
+    };
+    PhaseWalk walk(*queue, p);
+    walk.run(units_items + proj_items, [&](int64_t item, bool) {
+      int64_t j0, j1;
+      if (item >= units_items) {
+        split_blocks(proj.panels(), int(item - units_items), int(proj_items), &j0, &j1);
+        pack_panels(a.w_proj, P, 1, proj, j0, j1);
+        return;
+      }
+      units_of(item, &j0, &j1);
+      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1, a.gate_scale);
+      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
+    });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
       T* h_next = a.h + (t + 1) * B * P;
@@ -102,12 +114,16 @@ struct LstmForwardJob {
       T* c_next_t = c + ((t + 1) % c_slots) * B * H;
       T* g_t = gates + (t % step_slots) * B * G;
       T* co_t = co + (t % step_slots) * B * H;
-      const T* xg_t = a.x_gates ? a.x_gates + t * B * G
-                                : n > 0 ? input.step(t, T_, j0, j1, a_packs->of(t_id)) : nullptr;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      if (n > 0) {
-        gemm_panels(live, h_prev, P, rec, j0, j1, g_t, G, a_packs->of(t_id));
+      projection_phase(walk, input, t, T_, rec.panels(), units_items, work);
+      const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.at(t);
+      walk.run(units_items, [&](int64_t item, bool first) {
+        int64_t j0, j1;
+        units_of(item, &j0, &j1);
+        const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H;
+        if (first) pack_gemm_rows(live, h_prev, P, rec, work);
+        gemm_packed(live, work, rec, j0, j1, g_t, G, work);
         // ended sequences: state kept, trace rows zero
         carry_rows(c_next_t, c_prev_t, live, B, H, u0, u1);
         if (!a.w_proj) carry_rows(h_next, h_prev, live, B, P, u0, u1);
@@ -127,18 +143,20 @@ struct LstmForwardJob {
               for (int64_t u = u0; u < u1; ++u) h_next[b * P + u] = h_prev[b * P + u];
           }
         }
-      }
-      if (a.w_proj) {
-        sync->wait();
-        if (p1 > p0) {
-          gemm_panels(live, m, H, proj, q0, q1, h_next, P, a_packs->of(t_id));
+      });
+      if (a.w_proj)
+        walk.run(proj_items, [&](int64_t item, bool first) {
+          int64_t q0, q1;
+          split_blocks(proj.panels(), int(item), int(proj_items), &q0, &q1);
+          const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
+          if (first) pack_gemm_rows(live, m, H, proj, work);
+          gemm_packed(live, work, proj, q0, q1, h_next, P, work);
           for (int64_t b = 0; b < B; ++b)
             if (valid && !valid[b])
-              for (int64_t p = p0; p < p1; ++p) h_next[b * P + p] = h_prev[b * P + p];
-        }
-      }
-      sync->wait();
+              for (int64_t q = p0; q < p1; ++q) h_next[b * P + q] = h_prev[b * P + q];
+        });
     }
+    if (p == 0) walk.wait_all();
   }
 };
 
@@ -236,7 +254,7 @@ struct LstmBackwardJob {
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, a.gates, a.co, a.c};
+  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr, a.gates, a.co, a.c};
   const int64_t BH = a.batch * a.units;
   // inference: the engine's own aligned one-step buffers, rows padded to whole cache lines
   Buffer<T> step(a.keep_trace ? 0 : size_t(4 * BH + BH + 2 * BH));
@@ -265,9 +283,9 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));
   job.a_packs = &a_packs;
-  const int64_t projection_flops = a.w_proj ? product_flops(a.steps, a.batch, a.units, a.out_units) : 0;
-  run_job(job, team, product_flops(a.steps, a.batch, a.out_units + (a.x_gates ? 0 : a.inputs), 4 * a.units) +
-                         projection_flops + stream_flops(a.steps, a.out_units, 4 * a.units, sizeof(T)));
+  PhaseQueue queue(team);
+  job.queue = &queue;
+  run_open_job(job, team);
   if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it
     for (int64_t i = 0; i < BH; ++i) a.c[(a.steps % 2) * BH + i] = job.c[(a.steps % 2) * BH + i];
 }

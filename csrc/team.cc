@@ -12,7 +12,6 @@
 #include <new>
 
 namespace fusedrnn {
-
 namespace {
 
 inline void cpu_relax() {
@@ -99,7 +98,10 @@ void SpinBarrier::wait() {
 
 namespace {
 std::atomic<Team*> current_team{nullptr};
+std::atomic<int64_t> join_delay_ns{0};
 }  // namespace
+
+void set_join_delay_ns(int64_t ns) { join_delay_ns.store(ns > 0 ? ns : 0, std::memory_order_relaxed); }
 
 void Team::replace_after_fork() { current_team.store(new Team(), std::memory_order_release); }
 
@@ -180,6 +182,11 @@ void Team::worker_loop(uint64_t seen) {
     uint64_t roster = roster_.load(std::memory_order_acquire);
     const uint64_t generation = roster >> 32;
     seen = generation;
+    if (const int64_t delay = join_delay_ns.load(std::memory_order_relaxed)) {
+      const timespec pause{time_t(delay / 1'000'000'000), long(delay % 1'000'000'000)};
+      nanosleep(&pause, nullptr);
+      roster = roster_.load(std::memory_order_acquire);
+    }
     // Join the job of `generation` while its roster is open and short of workers.
     int index = 0;
     while (!(roster & kClosed) && (roster >> 32) == generation &&
@@ -190,6 +197,11 @@ void Team::worker_loop(uint64_t seen) {
       }
     }
     if (index == 0) continue;  // late, or not needed: wait for the next job
+    if (open_) {  // runs at once; the caller waits for every worker that joined to leave
+      job_(context_, index, participants_, nullptr);
+      left_.fetch_add(1, std::memory_order_acq_rel);
+      continue;
+    }
     // The caller closes the roster within its join window; yield meanwhile (more threads than
     // cores: the caller may need this one's core to get there).
     const auto closed = [&] { return ((roster = roster_.load(std::memory_order_acquire)) & kClosed) != 0; };
@@ -220,6 +232,7 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
   }
   job_ = job;
   context_ = context;
+  open_ = false;
   wanted_workers_.store(threads - 1, std::memory_order_relaxed);
   const uint64_t generation = (roster_.load(std::memory_order_relaxed) >> 32) + 1;
   roster_.store(generation << 32, std::memory_order_seq_cst);
@@ -239,6 +252,91 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
   (participants == threads ? full_teams : short_teams).fetch_add(1, std::memory_order_relaxed);
   job(context, 0, participants, participants > 1 ? static_cast<Sync*>(&barrier_) : &alone);
   if (participants > 1) barrier_.wait();  // the job's end: every participant is done with `context`
+}
+
+void Team::run_open(int threads, JobFunction job, void* context) {
+  std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+  if (threads <= 1 || !busy.owns_lock()) {
+    job(context, 0, threads > 1 ? threads : 1, nullptr);
+    return;
+  }
+  ensure_workers(threads - 1);
+  job_ = job;
+  context_ = context;
+  open_ = true;
+  participants_ = threads;
+  left_.store(0, std::memory_order_relaxed);
+  wanted_workers_.store(threads - 1, std::memory_order_relaxed);
+  const uint64_t generation = (roster_.load(std::memory_order_relaxed) >> 32) + 1;
+  roster_.store(generation << 32, std::memory_order_seq_cst);
+  notify_sleepers();
+  job(context, 0, threads, nullptr);
+  // Close the roster (no worker joins after this), then wait for those that joined to leave:
+  // they are past their last claim, so this is short.
+  uint64_t roster = roster_.load(std::memory_order_acquire);
+  while (!roster_.compare_exchange_weak(roster, roster | kClosed, std::memory_order_acq_rel)) {
+  }
+  const int joined = int(roster & kCountMask);
+  (joined == threads - 1 ? full_teams : short_teams).fetch_add(1, std::memory_order_relaxed);
+  while (!spin_until([&] { return left_.load(std::memory_order_acquire) == joined; }, now_ns(),
+                     kBarrierSpinNs)) {
+  }
+}
+
+namespace {
+constexpr uint64_t kPhaseItems = (uint64_t(1) << 32) - 1;
+
+// Waits until `done()`: spins (pause, then sched_yield), then naps (the thread holding the last
+// item may have lost its CPU).
+template <class Done>
+void wait_until(Done done) {
+  if (spin_until(done, now_ns(), kBarrierSpinNs)) return;
+  const timespec nap{0, 20'000};
+  while (!done()) nanosleep(&nap, nullptr);
+}
+}  // namespace
+
+PhaseQueue::PhaseQueue(int participants)
+    : participants_(participants > 1 ? participants : 1), shares_(new Share[size_t(participants_)]) {}
+
+PhaseQueue::~PhaseQueue() { delete[] shares_; }
+
+void PhaseQueue::wait_open(int64_t phase) {
+  const auto open = [&] { return int64_t(done_.load(std::memory_order_acquire) >> 32) >= phase; };
+  if (!open()) wait_until(open);
+}
+
+bool PhaseQueue::claim(int participant, int64_t phase, int64_t items, int64_t* item) {
+  if (int64_t(done_.load(std::memory_order_relaxed) >> 32) > phase) return false;  // all done
+  const uint64_t tag = uint64_t(phase + 1) << 32;
+  for (int i = 0; i < participants_; ++i) {
+    const int share = (participant + i) % participants_;
+    const int64_t first = items * share / participants_, last = items * (share + 1) / participants_;
+    std::atomic<uint64_t>& next = shares_[share].next;
+    uint64_t v = next.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t v_tag = v & ~kPhaseItems;
+      if (v_tag > tag) break;  // the share was used up in this phase
+      const int64_t index = v_tag == tag ? int64_t(v & kPhaseItems) : first;
+      if (index >= last) break;
+      if (next.compare_exchange_weak(v, tag | uint64_t(index + 1), std::memory_order_relaxed)) {
+        *item = index;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void PhaseQueue::finish(int64_t phase, int64_t items, int64_t count) {
+  if (count == 0) return;
+  const uint64_t before = done_.fetch_add(uint64_t(count), std::memory_order_acq_rel);
+  if (int64_t(before & kPhaseItems) + count == items)  // the phase's last item: open the next
+    done_.store(uint64_t(phase + 1) << 32, std::memory_order_release);
+}
+
+void run_team_open(int threads, JobFunction job, void* context) {
+  Team::instance().run_open(threads, job, context);
 }
 
 void run_team(int threads, JobFunction job, void* context, int64_t flops) {

@@ -13,6 +13,9 @@
 // only then sleeps on a condition variable: a sleeping thread's vCPU halts, and its wake-up costs
 // far more than the wait it saved.
 //
+// An open job (run_open) has no join window: the caller starts it at once and a worker joins
+// it whenever it arrives; the job's PhaseQueue hands each thread the work still to do.
+//
 // A mutex admits one job at a time; a caller that finds the team busy runs its job alone.  In a
 // child process made by fork() the team's threads do not exist: the child gets a new, empty team
 // (the old one, whose mutexes may have been held at the fork, is abandoned).
@@ -47,6 +50,7 @@ class Team {
  public:
   static Team& instance();
   void run(int threads, JobFunction job, void* context, int64_t flops);
+  void run_open(int threads, JobFunction job, void* context);  // run_team_open
   void wake();  // sleeping workers start waking for a job that is about to come
 
  private:
@@ -72,6 +76,9 @@ class Team {
   std::condition_variable news_;
   JobFunction job_ = nullptr;  // written before the roster of its generation is published
   void* context_ = nullptr;
+  bool open_ = false;          // an open job: a worker that joins runs it at once
+  int participants_ = 1;       // of an open job: the most threads that may take part
+  std::atomic<int> left_{0};   // workers that have finished their part of the open job
   std::atomic<int64_t> wanted_workers_{0};
   SpinBarrier barrier_;
   std::vector<std::thread> workers_;

@@ -400,6 +400,30 @@ def test_bits_independent_of_thread_count(case, dtype, threads):
     assert _native_run(case, dtype) == one  # repeated
 
 
+# several chunks of the in-loop input projection (⌈128 / B⌉ steps each), ended sequences
+LATE = BIG + [Case(mode="lstm", batch=40, max_time=9, num_units=70, num_proj=24, input_size=8,
+                   lengths=tuple(9 - k % 9 for k in range(40))),
+              Case(mode="gru", batch=33, max_time=10, num_units=100, input_size=8)]
+
+
+@pytest.mark.parametrize("delay", [2e-4, 2e-3])
+def test_bits_with_late_workers(delay, threads):
+    """Workers that come late to a forward loop (after a delay: mid-way, or once it is done)
+    take the work from wherever it stands: every team, however it formed, gives one thread's
+    bits."""
+    native = settings.native_module()
+    threads(1)
+    expected = [_native_run(case) for case in LATE]
+    try:
+        native.set_join_delay(delay)
+        for n in (2, 3):
+            threads(n)
+            for case, bits in zip(LATE, expected):
+                assert _native_run(case) == bits, (case, n)
+    finally:
+        native.set_join_delay(0)
+
+
 @pytest.mark.parametrize("isa", ISAS, indirect=True)
 def test_every_isa_matches_numpy(isa):
     for case in BIG[:3] + [GRID[2]]:
