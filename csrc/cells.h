@@ -40,19 +40,6 @@ inline void carry_rows(T* to, const T* from, int64_t first, int64_t last, int64_
     for (int64_t u = u0; u < u1; ++u) to[b * width + u] = from[b * width + u];
 }
 
-// Multiply-adds of T steps of a [B, K] x [K, N] product, as flops: the work estimate of run_job.
-inline int64_t product_flops(int64_t steps, int64_t batch, int64_t depth, int64_t width) {
-  return 2 * steps * batch * depth * width;
-}
-
-// A time loop's extra work estimate for a recurrent matrix of depth × width values too large for
-// one core's L2 (1 MiB here): it streams from L3 every step, 3 flops per byte (≈ 60 GFLOP/s
-// against ≈ 20 GB/s), which dominates at B = 1.
-inline int64_t stream_flops(int64_t steps, int64_t depth, int64_t width, int64_t itemsize) {
-  const int64_t bytes = depth * width * itemsize;
-  return bytes > (int64_t(1) << 20) ? 3 * steps * bytes : 0;
-}
-
 // Runs `Job::run(thread, num_threads, sync)` of a job object on the team; `flops` estimates the
 // job's work (it sizes the wait for workers that are still waking up, and small jobs may run on
 // the caller alone: csrc/team.cc).

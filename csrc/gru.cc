@@ -93,59 +93,83 @@ struct GruBackwardJob {
   PackedMatrix<T> rec_t;  // Rᵀ: K = 3H, N = H
   T* dh_prev;             // [B, H]
   const PerThread<T>* a_packs;
+  PhaseQueue* queue;      // the work of the threads that take part
 
-  void run(int t_id, int n_threads, Sync* sync) {
+  // Phases: packing Rᵀ, then per step t (from the last) one phase over ranges of units:
+  // dh_t = dG_{t+1} Rᵀ + dh_{t+1} ⊙ u_{t+1} where step t + 1 is valid, the step's own dh, the
+  // gate gradients; a last phase: dh_0.
+  void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
-    int64_t j0, j1;
-    split_blocks(rec_t.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
-    const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
+    const int64_t items = phase_items(rec_t.panels(), participants);
+    T* work = a_packs->of(p);
+    const auto units_of = [&](int64_t item, int64_t* u0, int64_t* u1, int64_t* j0, int64_t* j1) {
+      split_blocks(rec_t.panels(), int(item), int(items), j0, j1);
+      *u0 = *j0 * rec_t.nr;
+      *u1 = *j1 * rec_t.nr < H ? *j1 * rec_t.nr : H;
+    };
+    PhaseWalk walk(*queue, p);
+    walk.run(items, [&](int64_t item, bool) {
+      int64_t j0, j1;
+      split_blocks(rec_t.panels(), int(item), int(items), &j0, &j1);
+      pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
+    });
+    const auto recurrent = [&](int64_t t_next, int64_t item, bool first) {
+      int64_t u0, u1, j0, j1;
+      units_of(item, &u0, &u1, &j0, &j1);
+      const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
+      const int64_t live = live_rows(valid, B);
+      if (first) pack_gemm_rows(live, a.d_q + t_next * B * G, G, rec_t, work);
+      gemm_packed(live, work, rec_t, j0, j1, dh_prev, H, work);
+      for (int64_t b = 0; b < live; ++b) {
+        const T* ug = a.gates + (t_next * B + b) * G + H;
+        T* dh = a.dh + b * H;
+        const T* dp = dh_prev + b * H;
+        if (valid && !valid[b]) continue;
+        for (int64_t u = u0; u < u1; ++u) dh[u] = dp[u] + dh[u] * ug[u];
+      }
+    };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      zero_rows(a.d_a + t * B * G, live, B, 3, H, u0, u1);  // ended sequences: dh kept
-      zero_rows(a.d_q + t * B * G, live, B, 3, H, u0, u1);
-      for (int64_t b = 0; b < B; ++b) {
-        T* dh = a.dh + b * H;
-        if (a.dh_steps) {
-          const T* ds = a.dh_steps + (t * B + b) * H;
-          for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
-        }
-        if (b >= live) continue;
-        const T* g = a.gates + (t * B + b) * G;
-        const T *r = g, *ug = g + H, *n = g + 2 * H;
-        const T* qh = a.q_h + (t * B + b) * H;
-        const T* hp = a.h + (t * B + b) * H;
-        T* da = a.d_a + (t * B + b) * G;
-        T* dq = a.d_q + (t * B + b) * G;
-        const bool has_mask = valid != nullptr;
-        const T v = (!valid || valid[b]) ? T(1) : T(0);
-        for (int64_t u = u0; u < u1; ++u) {
-          const T d_n = dh[u] * ((T(1) - ug[u]) * (T(1) - n[u] * n[u]));
-          const T d_u = dh[u] * (((hp[u] - n[u]) * ug[u]) * (T(1) - ug[u]));
-          const T d_r = d_n * ((qh[u] * r[u]) * (T(1) - r[u]));
-          const T dq_h = d_n * r[u];
-          if (has_mask) {
-            da[u] = d_r * v; da[H + u] = d_u * v; da[2 * H + u] = d_n * v;
-            dq[u] = d_r * v; dq[H + u] = d_u * v; dq[2 * H + u] = dq_h * v;
-          } else {
-            da[u] = d_r; da[H + u] = d_u; da[2 * H + u] = d_n;
-            dq[u] = d_r; dq[H + u] = d_u; dq[2 * H + u] = dq_h;
+      walk.run(items, [&](int64_t item, bool first) {
+        if (t < T_ - 1) recurrent(t + 1, item, first);
+        int64_t u0, u1, j0, j1;
+        units_of(item, &u0, &u1, &j0, &j1);
+        zero_rows(a.d_a + t * B * G, live, B, 3, H, u0, u1);  // ended sequences: dh kept
+        zero_rows(a.d_q + t * B * G, live, B, 3, H, u0, u1);
+        for (int64_t b = 0; b < B; ++b) {
+          T* dh = a.dh + b * H;
+          if (a.dh_steps) {
+            const T* ds = a.dh_steps + (t * B + b) * H;
+            for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
+          }
+          if (b >= live) continue;
+          const T* g = a.gates + (t * B + b) * G;
+          const T *r = g, *ug = g + H, *n = g + 2 * H;
+          const T* qh = a.q_h + (t * B + b) * H;
+          const T* hp = a.h + (t * B + b) * H;
+          T* da = a.d_a + (t * B + b) * G;
+          T* dq = a.d_q + (t * B + b) * G;
+          const bool has_mask = valid != nullptr;
+          const T v = (!valid || valid[b]) ? T(1) : T(0);
+          for (int64_t u = u0; u < u1; ++u) {
+            const T d_n = dh[u] * ((T(1) - ug[u]) * (T(1) - n[u] * n[u]));
+            const T d_u = dh[u] * (((hp[u] - n[u]) * ug[u]) * (T(1) - ug[u]));
+            const T d_r = d_n * ((qh[u] * r[u]) * (T(1) - r[u]));
+            const T dq_h = d_n * r[u];
+            if (has_mask) {
+              da[u] = d_r * v; da[H + u] = d_u * v; da[2 * H + u] = d_n * v;
+              dq[u] = d_r * v; dq[H + u] = d_u * v; dq[2 * H + u] = dq_h * v;
+            } else {
+              da[u] = d_r; da[H + u] = d_u; da[2 * H + u] = d_n;
+              dq[u] = d_r; dq[H + u] = d_u; dq[2 * H + u] = dq_h;
+            }
           }
         }
-      }
-      sync->wait();
-      if (u1 > u0) {
-        gemm_panels(live, a.d_q + t * B * G, G, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
-        for (int64_t b = 0; b < live; ++b) {
-          const T* ug = a.gates + (t * B + b) * G + H;
-          T* dh = a.dh + b * H;
-          const T* dp = dh_prev + b * H;
-          if (valid && !valid[b]) continue;
-          for (int64_t u = u0; u < u1; ++u) dh[u] = dp[u] + dh[u] * ug[u];
-        }
-      }
+      });
     }
+    if (T_ > 0) walk.run(items, [&](int64_t item, bool first) { recurrent(0, item, first); });
+    if (p == 0) walk.wait_all();
   }
 };
 
@@ -170,7 +194,7 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
 
 template <class T>
 void gru_backward(const GruBackwardArgs<T>& a, int threads) {
-  GruBackwardJob<T> job{a, {}, nullptr, nullptr};
+  GruBackwardJob<T> job{a, {}, nullptr, nullptr, nullptr};
   job.rec_t.rows = 3 * a.units; job.rec_t.columns = a.units;
   Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
   job.rec_t.data = rec_t.data;
@@ -178,8 +202,9 @@ void gru_backward(const GruBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec_t.panels());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 3 * a.units));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units, 3 * a.units) +
-                         stream_flops(a.steps, a.units, 3 * a.units, sizeof(T)));
+  PhaseQueue queue(team);
+  job.queue = &queue;
+  run_open_job(job, team);
 }
 
 template void gru_forward<float>(const GruForwardArgs<float>&, int);

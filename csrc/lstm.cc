@@ -167,86 +167,129 @@ struct LstmBackwardJob {
   T* dm;                          // [B, H] gradient of o ⊙ tanh(c) (projection only)
   T* dh_prev;                     // [B, P] dG Rᵀ
   const PerThread<T>* a_packs;
+  PhaseQueue* queue;              // the work of the threads that take part
 
-  void run(int t_id, int n_threads, Sync* sync) {
+  // Phases: packing (Rᵀ, W_Pᵀ), then per step t (from the last): the emitted columns of dh (an
+  // item per range of Rᵀ's panels: dh_t = dG_{t+1} Rᵀ where step t + 1 is valid, + the step's
+  // own dh) and the units (an item per range of W_Pᵀ's panels: dm = dh W_Pᵀ with a projection,
+  // the gate gradients); without a projection both are over R's units and one item does both.
+  // A last phase: dh_0 = dG_0 Rᵀ.
+  void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
-    int64_t j0, j1, q0, q1;
-    // Units: panels of Wᵀ_P (projection) or of Rᵀ (then P == H and the two splits coincide).
+    const int64_t emitted_items = phase_items(rec_t.panels(), participants);
+    const int64_t unit_items = a.w_proj ? phase_items(proj_t.panels(), participants) : emitted_items;
     const PackedMatrix<T>& unit_matrix = a.w_proj ? proj_t : rec_t;
-    split_blocks(unit_matrix.panels(), t_id, n_threads, &j0, &j1);
-    split_blocks(rec_t.panels(), t_id, n_threads, &q0, &q1);
-    pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, q0, q1);
-    if (a.w_proj) pack_panels(a.w_proj, 1, P, proj_t, j0, j1);
-    const int64_t u0 = j0 * unit_matrix.nr, u1 = j1 * unit_matrix.nr < H ? j1 * unit_matrix.nr : H;
-    const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;
+    T* work = a_packs->of(p);
     const T* wci = a.peep;
     const T* wcf = a.peep ? a.peep + H : nullptr;
     const T* wco = a.peep ? a.peep + 2 * H : nullptr;
+    PhaseWalk walk(*queue, p);
+    walk.run(emitted_items + (a.w_proj ? unit_items : 0), [&](int64_t item, bool) {
+      int64_t j0, j1;
+      if (item < emitted_items) {
+        split_blocks(rec_t.panels(), int(item), int(emitted_items), &j0, &j1);
+        pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
+      } else {
+        split_blocks(proj_t.panels(), int(item - emitted_items), int(unit_items), &j0, &j1);
+        pack_panels(a.w_proj, 1, P, proj_t, j0, j1);
+      }
+    });
+    // dh_t = dG_{t+1} Rᵀ (rows where step t + 1 is valid) for emitted columns [p0, p1)
+    const auto recurrent = [&](int64_t t_next, int64_t q0, int64_t q1, bool first) {
+      const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
+      const int64_t live = live_rows(valid, B);
+      const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;
+      if (first) pack_gemm_rows(live, a.d_gates + t_next * B * G, G, rec_t, work);
+      gemm_packed(live, work, rec_t, q0, q1, dh_prev, P, work);
+      for (int64_t b = 0; b < live; ++b) {
+        if (valid && !valid[b]) continue;
+        for (int64_t q = p0; q < p1; ++q) a.dh[b * P + q] = dh_prev[b * P + q];
+      }
+    };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      for (int64_t b = 0; b < B; ++b) {  // own emitted columns of dh
-        T* dh = a.dh + b * P;
-        if (a.dh_steps) {
-          const T* ds = a.dh_steps + (t * B + b) * P;
-          for (int64_t p = p0; p < p1; ++p) dh[p] += ds[p];
-        }
-        if (a.w_proj) {
-          T* total = a.dh_total + (t * B + b) * P;
-          const bool live = !valid || valid[b];
-          for (int64_t p = p0; p < p1; ++p) total[p] = live ? dh[p] : T(0);
-        }
-      }
-      if (a.w_proj) {
-        sync->wait();
-        if (u1 > u0) gemm_panels(live, a.dh, P, proj_t, j0, j1, dm, H, a_packs->of(t_id));
-      }
-      zero_rows(a.d_gates + t * B * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
-      if (a.dc_steps)
-        for (int64_t b = live; b < B; ++b)
-          for (int64_t u = u0; u < u1; ++u) a.dc[b * H + u] += a.dc_steps[(t * B + b) * H + u];
-      for (int64_t b = 0; b < live; ++b) {
-        const T* g = a.gates + (t * B + b) * G;
-        const T *i = g, *f = g + H, *cc = g + 2 * H, *o = g + 3 * H;
-        const T* co = a.co + (t * B + b) * H;
-        const T* cp = a.c + (t * B + b) * H;
-        const T* dm_b = a.w_proj ? dm + b * H : a.dh + b * P;
-        T* dg = a.d_gates + (t * B + b) * G;
-        T *dgi = dg, *dgf = dg + H, *dgc = dg + 2 * H, *dgo = dg + 3 * H;
-        T* dc = a.dc + b * H;
-        const T* dcs_step = a.dc_steps ? a.dc_steps + (t * B + b) * H : nullptr;
-        const bool has_mask = valid != nullptr;
-        const T v = (!valid || valid[b]) ? T(1) : T(0);
-        for (int64_t u = u0; u < u1; ++u) {
-          if (dcs_step) dc[u] += dcs_step[u];
-          const T dmu = dm_b[u];
-          const T d_o = dmu * ((o[u] * (T(1) - o[u])) * co[u]);
-          T dcs = dmu * ((T(1) - co[u] * co[u]) * o[u]);
-          dcs += dc[u];
-          if (wco) dcs += d_o * wco[u];
-          const T d_i = dcs * (cc[u] * (i[u] * (T(1) - i[u])));
-          const T d_f = dcs * (cp[u] * (f[u] * (T(1) - f[u])));
-          const T d_c = dcs * (i[u] * (T(1) - cc[u] * cc[u]));
-          T dc_prev = dcs * f[u];
-          if (wci) dc_prev += d_i * wci[u] + d_f * wcf[u];
-          if (has_mask) {
-            dgi[u] = d_i * v; dgf[u] = d_f * v; dgc[u] = d_c * v; dgo[u] = d_o * v;
-            if (v != T(0)) dc[u] = dc_prev;
-          } else {
-            dgi[u] = d_i; dgf[u] = d_f; dgc[u] = d_c; dgo[u] = d_o;
-            dc[u] = dc_prev;
+      const auto emitted = [&](int64_t item, bool first) {
+        int64_t q0, q1;
+        split_blocks(rec_t.panels(), int(item), int(emitted_items), &q0, &q1);
+        if (t < T_ - 1) recurrent(t + 1, q0, q1, first);
+        const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;
+        for (int64_t b = 0; b < B; ++b) {
+          T* dh = a.dh + b * P;
+          if (a.dh_steps) {
+            const T* ds = a.dh_steps + (t * B + b) * P;
+            for (int64_t q = p0; q < p1; ++q) dh[q] += ds[q];
+          }
+          if (a.w_proj) {
+            T* total = a.dh_total + (t * B + b) * P;
+            const bool live_b = !valid || valid[b];
+            for (int64_t q = p0; q < p1; ++q) total[q] = live_b ? dh[q] : T(0);
           }
         }
-      }
-      sync->wait();
-      if (p1 > p0) {
-        gemm_panels(live, a.d_gates + t * B * G, G, rec_t, q0, q1, dh_prev, P, a_packs->of(t_id));
-        for (int64_t b = 0; b < live; ++b) {
-          if (valid && !valid[b]) continue;
-          for (int64_t p = p0; p < p1; ++p) a.dh[b * P + p] = dh_prev[b * P + p];
+      };
+      const auto units = [&](int64_t item, bool first) {
+        int64_t j0, j1;
+        split_blocks(unit_matrix.panels(), int(item), int(unit_items), &j0, &j1);
+        const int64_t u0 = j0 * unit_matrix.nr, u1 = j1 * unit_matrix.nr < H ? j1 * unit_matrix.nr : H;
+        if (a.w_proj) {
+          if (first) pack_gemm_rows(live, a.dh, P, proj_t, work);
+          gemm_packed(live, work, proj_t, j0, j1, dm, H, work);
         }
+        zero_rows(a.d_gates + t * B * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
+        if (a.dc_steps)
+          for (int64_t b = live; b < B; ++b)
+            for (int64_t u = u0; u < u1; ++u) a.dc[b * H + u] += a.dc_steps[(t * B + b) * H + u];
+        for (int64_t b = 0; b < live; ++b) {
+          const T* g = a.gates + (t * B + b) * G;
+          const T *i = g, *f = g + H, *cc = g + 2 * H, *o = g + 3 * H;
+          const T* co = a.co + (t * B + b) * H;
+          const T* cp = a.c + (t * B + b) * H;
+          const T* dm_b = a.w_proj ? dm + b * H : a.dh + b * P;
+          T* dg = a.d_gates + (t * B + b) * G;
+          T *dgi = dg, *dgf = dg + H, *dgc = dg + 2 * H, *dgo = dg + 3 * H;
+          T* dc = a.dc + b * H;
+          const T* dcs_step = a.dc_steps ? a.dc_steps + (t * B + b) * H : nullptr;
+          const bool has_mask = valid != nullptr;
+          const T v = (!valid || valid[b]) ? T(1) : T(0);
+          for (int64_t u = u0; u < u1; ++u) {
+            if (dcs_step) dc[u] += dcs_step[u];
+            const T dmu = dm_b[u];
+            const T d_o = dmu * ((o[u] * (T(1) - o[u])) * co[u]);
+            T dcs = dmu * ((T(1) - co[u] * co[u]) * o[u]);
+            dcs += dc[u];
+            if (wco) dcs += d_o * wco[u];
+            const T d_i = dcs * (cc[u] * (i[u] * (T(1) - i[u])));
+            const T d_f = dcs * (cp[u] * (f[u] * (T(1) - f[u])));
+            const T d_c = dcs * (i[u] * (T(1) - cc[u] * cc[u]));
+            T dc_prev = dcs * f[u];
+            if (wci) dc_prev += d_i * wci[u] + d_f * wcf[u];
+            if (has_mask) {
+              dgi[u] = d_i * v; dgf[u] = d_f * v; dgc[u] = d_c * v; dgo[u] = d_o * v;
+              if (v != T(0)) dc[u] = dc_prev;
+            } else {
+              dgi[u] = d_i; dgf[u] = d_f; dgc[u] = d_c; dgo[u] = d_o;
+              dc[u] = dc_prev;
+            }
+          }
+        }
+      };
+      if (a.w_proj) {
+        walk.run(emitted_items, emitted);
+        walk.run(unit_items, units);
+      } else {
+        walk.run(emitted_items, [&](int64_t item, bool first) {
+          emitted(item, first);
+          units(item, false);
+        });
       }
     }
+    if (T_ > 0)
+      walk.run(emitted_items, [&](int64_t item, bool first) {
+        int64_t q0, q1;
+        split_blocks(rec_t.panels(), int(item), int(emitted_items), &q0, &q1);
+        recurrent(0, q0, q1, first);
+      });
+    if (p == 0) walk.wait_all();
   }
 };
 
@@ -292,7 +335,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
 
 template <class T>
 void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
-  LstmBackwardJob<T> job{a, {}, {}, nullptr, nullptr, nullptr};
+  LstmBackwardJob<T> job{a, {}, {}, nullptr, nullptr, nullptr, nullptr};
   job.rec_t.rows = 4 * a.units; job.rec_t.columns = a.out_units;
   Buffer<T> rec_t(job.rec_t.values());
   job.rec_t.data = rec_t.data;
@@ -311,9 +354,9 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, blocks);
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
   job.a_packs = &a_packs;
-  const int64_t projection_flops = a.w_proj ? product_flops(a.steps, a.batch, a.units, a.out_units) : 0;
-  run_job(job, team, product_flops(a.steps, a.batch, a.out_units, 4 * a.units) + projection_flops +
-                         stream_flops(a.steps, a.out_units, 4 * a.units, sizeof(T)));
+  PhaseQueue queue(team);
+  job.queue = &queue;
+  run_open_job(job, team);
 }
 
 template void lstm_forward<float>(const LstmForwardArgs<float>&, int);

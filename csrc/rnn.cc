@@ -75,45 +75,68 @@ struct RnnBackwardJob {
   PackedMatrix<T> rec_t;
   T* dh_prev;
   const PerThread<T>* a_packs;
+  PhaseQueue* queue;  // the work of the threads that take part
 
-  void run(int t_id, int n_threads, Sync* sync) {
+  // Phases: packing Rᵀ, then per step t (from the last) one phase over ranges of units:
+  // dh_t = dpre_{t+1} Rᵀ where step t + 1 is valid, the step's own dh, dpre_t; a last phase: dh_0.
+  void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units;
-    int64_t j0, j1;
-    split_blocks(rec_t.panels(), t_id, n_threads, &j0, &j1);
-    pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
-    const int64_t u0 = j0 * rec_t.nr, u1 = j1 * rec_t.nr < H ? j1 * rec_t.nr : H;
+    const int64_t items = phase_items(rec_t.panels(), participants);
+    T* work = a_packs->of(p);
+    const auto units_of = [&](int64_t item, int64_t* u0, int64_t* u1, int64_t* j0, int64_t* j1) {
+      split_blocks(rec_t.panels(), int(item), int(items), j0, j1);
+      *u0 = *j0 * rec_t.nr;
+      *u1 = *j1 * rec_t.nr < H ? *j1 * rec_t.nr : H;
+    };
+    PhaseWalk walk(*queue, p);
+    walk.run(items, [&](int64_t item, bool) {
+      int64_t j0, j1;
+      split_blocks(rec_t.panels(), int(item), int(items), &j0, &j1);
+      pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
+    });
+    const auto recurrent = [&](int64_t t_next, int64_t item, bool first) {
+      int64_t u0, u1, j0, j1;
+      units_of(item, &u0, &u1, &j0, &j1);
+      const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
+      const int64_t live = live_rows(valid, B);
+      if (first) pack_gemm_rows(live, a.d_pre + t_next * B * H, H, rec_t, work);
+      gemm_packed(live, work, rec_t, j0, j1, dh_prev, H, work);
+      for (int64_t b = 0; b < live; ++b) {
+        if (valid && !valid[b]) continue;
+        for (int64_t u = u0; u < u1; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
+      }
+    };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      zero_rows(a.d_pre + t * B * H, live, B, 1, H, u0, u1);  // ended sequences: dh kept
-      for (int64_t b = 0; b < B; ++b) {
-        T* dh = a.dh + b * H;
-        if (a.dh_steps) {
-          const T* ds = a.dh_steps + (t * B + b) * H;
-          for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
+      walk.run(items, [&](int64_t item, bool first) {
+        if (t < T_ - 1) recurrent(t + 1, item, first);
+        int64_t u0, u1, j0, j1;
+        units_of(item, &u0, &u1, &j0, &j1);
+        zero_rows(a.d_pre + t * B * H, live, B, 1, H, u0, u1);  // ended sequences: dh kept
+        for (int64_t b = 0; b < B; ++b) {
+          T* dh = a.dh + b * H;
+          if (a.dh_steps) {
+            const T* ds = a.dh_steps + (t * B + b) * H;
+            for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
+          }
+          if (b >= live) continue;
+          const T* h = a.h + ((t + 1) * B + b) * H;
+          T* da = a.d_pre + (t * B + b) * H;
+          if (a.relu) {
+            for (int64_t u = u0; u < u1; ++u) da[u] = dh[u] * (h[u] > T(0) ? T(1) : T(0));
+          } else {
+            for (int64_t u = u0; u < u1; ++u) da[u] = dh[u] * (T(1) - h[u] * h[u]);
+          }
+          if (valid) {
+            const T v = valid[b] ? T(1) : T(0);
+            for (int64_t u = u0; u < u1; ++u) da[u] *= v;
+          }
         }
-        if (b >= live) continue;
-        const T* h = a.h + ((t + 1) * B + b) * H;
-        T* da = a.d_pre + (t * B + b) * H;
-        if (a.relu) {
-          for (int64_t u = u0; u < u1; ++u) da[u] = dh[u] * (h[u] > T(0) ? T(1) : T(0));
-        } else {
-          for (int64_t u = u0; u < u1; ++u) da[u] = dh[u] * (T(1) - h[u] * h[u]);
-        }
-        if (valid) {
-          const T v = valid[b] ? T(1) : T(0);
-          for (int64_t u = u0; u < u1; ++u) da[u] *= v;
-        }
-      }
-      sync->wait();
-      if (u1 > u0) {
-        gemm_panels(live, a.d_pre + t * B * H, H, rec_t, j0, j1, dh_prev, H, a_packs->of(t_id));
-        for (int64_t b = 0; b < live; ++b) {
-          if (valid && !valid[b]) continue;
-          for (int64_t u = u0; u < u1; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
-        }
-      }
+      });
     }
+    if (T_ > 0) walk.run(items, [&](int64_t item, bool first) { recurrent(0, item, first); });
+    if (p == 0) walk.wait_all();
   }
 };
 
@@ -137,7 +160,7 @@ void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
 
 template <class T>
 void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
-  RnnBackwardJob<T> job{a, {}, nullptr, nullptr};
+  RnnBackwardJob<T> job{a, {}, nullptr, nullptr, nullptr};
   job.rec_t.rows = a.units; job.rec_t.columns = a.units;
   Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
   job.rec_t.data = rec_t.data;
@@ -145,8 +168,9 @@ void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec_t.panels());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
   job.a_packs = &a_packs;
-  run_job(job, team, product_flops(a.steps, a.batch, a.units, a.units) +
-                         stream_flops(a.steps, a.units, a.units, sizeof(T)));
+  PhaseQueue queue(team);
+  job.queue = &queue;
+  run_open_job(job, team);
 }
 
 template void rnn_forward<float>(const RnnForwardArgs<float>&, int);
