@@ -1,6 +1,6 @@
 // GRU (cuDNN "linear before reset") time loop, forward and backward, over one pseudo-layer
 // (math: fusedrnn/engines/gru.py; the pointwise operations are the NumPy engine's, in its
-// order).  Thread t owns units [u0, u1) of all three gate groups for the whole sequence.
+// order).  An item of a phase (cells.h PhaseWalk) is a range of units of all three gate groups.
 #include "cells.h"
 #include "activations.h"
 

@@ -2,11 +2,12 @@
 // every pointwise operation below is the NumPy engine's, in the same order, so that only the
 // recurrent GEMM's summation order and tanh's last bits differ from it).
 //
-// Work split: thread t owns hidden units [u0, u1) (whole panels of R's gate groups, so the four
-// gate columns of a unit are computed by one thread) for the whole sequence, and, with a
-// projection, emitted columns [p0, p1).  Per step: forward = GEMM slice + gate math, barrier
-// (+ projection slice, barrier); backward = (with a projection: dh slice, barrier, dm slice =
-// dh W_Pᵀ) gate gradients, barrier, dh_{t-1} slice = dG Rᵀ.
+// Work split: open jobs (cells.h PhaseWalk): each phase's items are ranges of hidden units
+// (whole panels of R's gate groups, so the four gate columns of a unit are computed together)
+// or, with a projection, of emitted columns; with a full team each thread keeps its own share of
+// them for the whole sequence.  Per step: forward = GEMM slices + gate math (+ a projection
+// phase); backward = dh_t slices = dG_{t+1} Rᵀ with the gate gradients (with a projection: the
+// dh slices, then dm = dh W_Pᵀ slices with the gate gradients).
 #include "cells.h"
 #include "activations.h"
 

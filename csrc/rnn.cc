@@ -1,6 +1,6 @@
 // Plain RNN (tanh / relu) time loop, forward and backward, over one pseudo-layer (math:
-// fusedrnn/engines/simple_rnn.py, pointwise operations in its order).  Thread t owns units
-// [u0, u1) for the whole sequence.
+// fusedrnn/engines/simple_rnn.py, pointwise operations in its order).  An item of a phase
+// (cells.h PhaseWalk) is a range of units.
 #include "cells.h"
 #include "activations.h"
 

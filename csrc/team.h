@@ -1,20 +1,23 @@
-// The engine's persistent thread team and its per-step barrier.
+// The engine's persistent thread team: open jobs (the time loops) and static jobs with a
+// per-step barrier (the large GEMMs).
 //
-// One team per process.  A job runs on the caller (thread 0) plus the workers that check in
-// within a short join window after it is posted; a worker whose (v)CPU is asleep — waking one
-// takes 0.1–3 ms on the VMs we measured — is not waited for: the job runs on the threads that
-// came (every kernel gives the same bits for any team size).  `wake()` lets a caller start the
-// workers' wake-up early, before its own set-up work.  A small job (estimated under ~4 ms on one
-// thread) that finds a worker that napped in the last millisecond runs on the caller alone while
-// the workers spin: a just-woken vCPU slowed a 2-thread job below one thread's speed.
+// One team per process.  An open job (run_open) starts on the caller (thread 0) at once; each
+// worker that sees it while the caller is still inside joins and takes part of the work still to
+// do through the job's PhaseQueue (engine.h), however late it comes: a worker whose (v)CPU is
+// asleep — waking one takes 0.1–3 ms on the VMs we measured — or that runs slowly after its
+// wake-up costs the job nothing but the items it took.
+//
+// A static job (run) runs on the caller plus the workers that check in within a short join
+// window after it is posted; a worker still waking is not waited for (every kernel gives the same
+// bits for any team size).  `wake()` lets a caller start the workers' wake-up early, before its
+// own set-up work.  A small static job (estimated under ~4 ms on one thread) that finds a worker
+// that napped in the last millisecond runs on the caller alone while the workers spin: a
+// just-woken vCPU slowed a 2-thread job below one thread's speed.
 //
 // Waiting (between steps at the barrier, between jobs in the workers) spins with `pause` for a
 // few tens of µs, then spins with sched_yield (another runnable thread on this CPU gets it), and
 // only then sleeps on a condition variable: a sleeping thread's vCPU halts, and its wake-up costs
 // far more than the wait it saved.
-//
-// An open job (run_open) has no join window: the caller starts it at once and a worker joins
-// it whenever it arrives; the job's PhaseQueue hands each thread the work still to do.
 //
 // A mutex admits one job at a time; a caller that finds the team busy runs its job alone.  In a
 // child process made by fork() the team's threads do not exist: the child gets a new, empty team
