@@ -50,6 +50,21 @@ void run_job(Job& job, int threads, int64_t flops) {
   }, &job, flops);
 }
 
+// Item `item` of a phase's `items` over the panels of a packed matrix: panels [first, last),
+// columns [begin, end) of each column group.
+struct PanelRange {
+  int64_t first, last, begin, end;
+};
+
+template <class T>
+PanelRange panel_range(const PackedMatrix<T>& m, int64_t item, int64_t items) {
+  PanelRange r;
+  split_blocks(m.panels(), int(item), int(items), &r.first, &r.last);
+  r.begin = r.first * m.nr;
+  r.end = r.last * m.nr < m.columns ? r.last * m.nr : m.columns;
+  return r;
+}
+
 // Items per phase of an open time loop over `panels` panels: a few per thread (a late or slow
 // thread's share is taken over in small pieces), one for a thread alone.
 inline int64_t phase_items(int64_t panels, int participants) {
@@ -83,23 +98,32 @@ class PhaseWalk {
   int64_t phase_ = 0;
 };
 
+// A phase over ranges of m's panels: item(range, first) for each PanelRange this thread takes
+// (PhaseWalk::run).
+template <class T, class Item>
+void panel_phase(PhaseWalk& walk, const PackedMatrix<T>& m, int64_t items, Item item) {
+  walk.run(items, [&](int64_t i, bool first) { item(panel_range(m, i, items), first); });
+}
+
 // A forward loop's input-projection phase: at a step t that starts a chunk of the in-loop
 // projection (ChunkedProjection, x given), x W + b of the chunk, an item per range of the
 // `panels` panels; no phase at other steps.
 template <class T>
 void projection_phase(PhaseWalk& walk, const ChunkedProjection<T>& input, int64_t t, int64_t steps,
-                      int64_t panels, int64_t items, T* work) {
+                      int64_t items, T* work) {
   if (!input.x || !input.starts_chunk(t)) return;
   walk.run(items, [&](int64_t item, bool first) {
-    int64_t j0, j1;
-    split_blocks(panels, int(item), int(items), &j0, &j1);
-    input.compute(t, steps, j0, j1, work, first);
+    const PanelRange r = panel_range(input.w, item, items);
+    input.compute(t, steps, r.first, r.last, work, first);
   });
 }
 
-// Runs `Job::run(participant, participants)` of an open job (run_team_open) on the team.
+// Runs `Job::run(participant, participants)` of an open job (run_team_open) on the team, its
+// work shared through `job.queue` (a PhaseQueue for `threads` participants, set here).
 template <class Job>
 void run_open_job(Job& job, int threads) {
+  PhaseQueue queue(threads);
+  job.queue = &queue;
   run_team_open(threads, [](void* context, int p, int n, Sync*) {
     static_cast<Job*>(context)->run(p, n);
   }, &job);

@@ -227,8 +227,8 @@ class PhaseQueue {
   alignas(64) std::atomic<uint64_t> done_{0};  // phase << 32 | its items done
 };
 
-// Test hook: a worker waits this long after it sees an open job before it tries to join it
-// (a worker still waking up, or one that arrives after the job is done).
+// Test hook: a worker waits this long after it sees a job before it tries to join it (a worker
+// still waking up, or one that arrives after the job is done).
 void set_join_delay_ns(int64_t ns);
 
 // Jobs that asked for more than one thread and ran with all of them, and with fewer (a worker

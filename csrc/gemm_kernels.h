@@ -248,24 +248,7 @@ constexpr size_t gemm_workspace_values(int64_t M, int64_t K) {
   return size_t(M * K + (K > kKChunk ? M * 4 * PackedMatrix<T>::nr : 0));
 }
 
-// C[m, g·N + n] = Σ_k A[m, k] B[k, g·N + n] for every group g and the columns of panels
-// [first, last); M rows; A row stride lda (contiguous rows), C row stride ldc.  `work`:
-// gemm_workspace_values(M, K) values (one per thread).  With several K chunks the partial sums
-// live in a contiguous tile, not in C: C's rows are often a power of two apart (4H columns),
-// and re-reading them between chunks would evict the panel from L1 (its rows share a set).
-template <class T>
-void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t first, int64_t last,
-                 T* C, int64_t ldc, T* work);
-
-template <class T>
-void gemm_panels(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, int64_t first,
-                 int64_t last, T* C, int64_t ldc, T* work) {
-  if (first >= last) return;
-  pack_gemm_rows(M, A, lda, B, work);
-  gemm_packed(M, work, B, first, last, C, ldc, work);
-}
-
-// The first half of gemm_panels: A's M rows (row stride lda) packed into `work` for B's depth.
+// The first half of gemm_panels (below): A's M rows (row stride lda) packed into `work` for B's depth.
 template <class T>
 void pack_gemm_rows(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, T* work) {
   pack_rows(A, lda, int64_t(1), M, int64_t(0), B.rows, work);
@@ -307,6 +290,19 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
           for (int64_t c = 0; c < width; ++c) c_block[m * ldc + c] = tile[m * ldo + c];
     }
   }
+}
+
+// C[m, g·N + n] = Σ_k A[m, k] B[k, g·N + n] for every group g and the columns of panels
+// [first, last); M rows; A row stride lda (contiguous rows), C row stride ldc.  `work`:
+// gemm_workspace_values(M, K) values (one per thread).  With several K chunks the partial sums
+// live in a contiguous tile, not in C: C's rows are often a power of two apart (4H columns),
+// and re-reading them between chunks would evict the panel from L1 (its rows share a set).
+template <class T>
+void gemm_panels(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& B, int64_t first,
+                 int64_t last, T* C, int64_t ldc, T* work) {
+  if (first >= last) return;
+  pack_gemm_rows(M, A, lda, B, work);
+  gemm_packed(M, work, B, first, last, C, ldc, work);
 }
 
 // Workspace owned by one call (RAII over workspace_alloc).

@@ -93,20 +93,16 @@ struct LstmForwardJob {
     const int64_t proj_items = a.w_proj ? phase_items(proj.panels(), participants) : 0;
     const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
     T* work = a_packs->of(p);
-    const auto units_of = [&](int64_t item, int64_t* j0, int64_t* j1) {
-      split_blocks(rec.panels(), int(item), int(units_items), j0, j1);
-    };
     PhaseWalk walk(*queue, p);
     walk.run(units_items + proj_items, [&](int64_t item, bool) {
-      int64_t j0, j1;
       if (item >= units_items) {
-        split_blocks(proj.panels(), int(item - units_items), int(proj_items), &j0, &j1);
-        pack_panels(a.w_proj, P, 1, proj, j0, j1);
+        const PanelRange r = panel_range(proj, item - units_items, proj_items);
+        pack_panels(a.w_proj, P, 1, proj, r.first, r.last);
         return;
       }
-      units_of(item, &j0, &j1);
-      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1, a.gate_scale);
-      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
+      const PanelRange r = panel_range(rec, item, units_items);
+      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last, a.gate_scale);
+      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
@@ -117,14 +113,13 @@ struct LstmForwardJob {
       T* co_t = co + (t % step_slots) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      projection_phase(walk, input, t, T_, rec.panels(), units_items, work);
+      projection_phase(walk, input, t, T_, units_items, work);
       const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.at(t);
       walk.run(units_items, [&](int64_t item, bool first) {
-        int64_t j0, j1;
-        units_of(item, &j0, &j1);
-        const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H;
+        const PanelRange r = panel_range(rec, item, units_items);
+        const int64_t u0 = r.begin, u1 = r.end;
         if (first) pack_gemm_rows(live, h_prev, P, rec, work);
-        gemm_packed(live, work, rec, j0, j1, g_t, G, work);
+        gemm_packed(live, work, rec, r.first, r.last, g_t, G, work);
         // ended sequences: state kept, trace rows zero
         carry_rows(c_next_t, c_prev_t, live, B, H, u0, u1);
         if (!a.w_proj) carry_rows(h_next, h_prev, live, B, P, u0, u1);
@@ -147,14 +142,12 @@ struct LstmForwardJob {
       });
       if (a.w_proj)
         walk.run(proj_items, [&](int64_t item, bool first) {
-          int64_t q0, q1;
-          split_blocks(proj.panels(), int(item), int(proj_items), &q0, &q1);
-          const int64_t p0 = q0 * proj.nr, p1 = q1 * proj.nr < P ? q1 * proj.nr : P;
+          const PanelRange r = panel_range(proj, item, proj_items);
           if (first) pack_gemm_rows(live, m, H, proj, work);
-          gemm_packed(live, work, proj, q0, q1, h_next, P, work);
+          gemm_packed(live, work, proj, r.first, r.last, h_next, P, work);
           for (int64_t b = 0; b < B; ++b)
             if (valid && !valid[b])
-              for (int64_t q = p0; q < p1; ++q) h_next[b * P + q] = h_prev[b * P + q];
+              for (int64_t q = r.begin; q < r.end; ++q) h_next[b * P + q] = h_prev[b * P + q];
         });
     }
     if (p == 0) walk.wait_all();
@@ -186,35 +179,32 @@ struct LstmBackwardJob {
     const T* wco = a.peep ? a.peep + 2 * H : nullptr;
     PhaseWalk walk(*queue, p);
     walk.run(emitted_items + (a.w_proj ? unit_items : 0), [&](int64_t item, bool) {
-      int64_t j0, j1;
       if (item < emitted_items) {
-        split_blocks(rec_t.panels(), int(item), int(emitted_items), &j0, &j1);
-        pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
+        const PanelRange r = panel_range(rec_t, item, emitted_items);
+        pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, r.first, r.last);
       } else {
-        split_blocks(proj_t.panels(), int(item - emitted_items), int(unit_items), &j0, &j1);
-        pack_panels(a.w_proj, 1, P, proj_t, j0, j1);
+        const PanelRange r = panel_range(proj_t, item - emitted_items, unit_items);
+        pack_panels(a.w_proj, 1, P, proj_t, r.first, r.last);
       }
     });
-    // dh_t = dG_{t+1} Rᵀ (rows where step t + 1 is valid) for emitted columns [p0, p1)
-    const auto recurrent = [&](int64_t t_next, int64_t q0, int64_t q1, bool first) {
+    // dh_t = dG_{t+1} Rᵀ (rows where step t + 1 is valid) for the emitted columns of r
+    const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
       const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;
       if (first) pack_gemm_rows(live, a.d_gates + t_next * B * G, G, rec_t, work);
-      gemm_packed(live, work, rec_t, q0, q1, dh_prev, P, work);
+      gemm_packed(live, work, rec_t, r.first, r.last, dh_prev, P, work);
       for (int64_t b = 0; b < live; ++b) {
         if (valid && !valid[b]) continue;
-        for (int64_t q = p0; q < p1; ++q) a.dh[b * P + q] = dh_prev[b * P + q];
+        for (int64_t q = r.begin; q < r.end; ++q) a.dh[b * P + q] = dh_prev[b * P + q];
       }
     };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
       const auto emitted = [&](int64_t item, bool first) {
-        int64_t q0, q1;
-        split_blocks(rec_t.panels(), int(item), int(emitted_items), &q0, &q1);
-        if (t < T_ - 1) recurrent(t + 1, q0, q1, first);
-        const int64_t p0 = q0 * rec_t.nr, p1 = q1 * rec_t.nr < P ? q1 * rec_t.nr : P;
+        const PanelRange r = panel_range(rec_t, item, emitted_items);
+        if (t < T_ - 1) recurrent(t + 1, r, first);
+        const int64_t p0 = r.begin, p1 = r.end;
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * P;
           if (a.dh_steps) {
@@ -229,12 +219,11 @@ struct LstmBackwardJob {
         }
       };
       const auto units = [&](int64_t item, bool first) {
-        int64_t j0, j1;
-        split_blocks(unit_matrix.panels(), int(item), int(unit_items), &j0, &j1);
-        const int64_t u0 = j0 * unit_matrix.nr, u1 = j1 * unit_matrix.nr < H ? j1 * unit_matrix.nr : H;
+        const PanelRange r = panel_range(unit_matrix, item, unit_items);
+        const int64_t u0 = r.begin, u1 = r.end;
         if (a.w_proj) {
           if (first) pack_gemm_rows(live, a.dh, P, proj_t, work);
-          gemm_packed(live, work, proj_t, j0, j1, dm, H, work);
+          gemm_packed(live, work, proj_t, r.first, r.last, dm, H, work);
         }
         zero_rows(a.d_gates + t * B * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
         if (a.dc_steps)
@@ -286,9 +275,7 @@ struct LstmBackwardJob {
     }
     if (T_ > 0)
       walk.run(emitted_items, [&](int64_t item, bool first) {
-        int64_t q0, q1;
-        split_blocks(rec_t.panels(), int(item), int(emitted_items), &q0, &q1);
-        recurrent(0, q0, q1, first);
+        recurrent(0, panel_range(rec_t, item, emitted_items), first);
       });
     if (p == 0) walk.wait_all();
   }
@@ -327,8 +314,6 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));
   job.a_packs = &a_packs;
-  PhaseQueue queue(team);
-  job.queue = &queue;
   run_open_job(job, team);
   if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it
     for (int64_t i = 0; i < BH; ++i) a.c[(a.steps % 2) * BH + i] = job.c[(a.steps % 2) * BH + i];
@@ -355,8 +340,6 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, blocks);
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
   job.a_packs = &a_packs;
-  PhaseQueue queue(team);
-  job.queue = &queue;
   run_open_job(job, team);
 }
 

@@ -31,25 +31,21 @@ struct RnnForwardJob {
     const int64_t items = phase_items(rec.panels(), participants);
     T* work = a_packs->of(p);
     PhaseWalk walk(*queue, p);
-    walk.run(items, [&](int64_t item, bool) {
-      int64_t j0, j1;
-      split_blocks(rec.panels(), int(item), int(items), &j0, &j1);
-      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, j0, j1);
-      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, j0, j1);
+    panel_phase(walk, rec, items, [&](const PanelRange& r, bool) {
+      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last);
+      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev_t = a.h + t * B * H;
       T* h_next_t = a.h + (t + 1) * B * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      projection_phase(walk, input, t, T_, rec.panels(), items, work);
+      projection_phase(walk, input, t, T_, items, work);
       const T* xg_t = a.x_gates ? a.x_gates + t * B * H : input.at(t);
-      walk.run(items, [&](int64_t item, bool first) {
-        int64_t j0, j1;
-        split_blocks(rec.panels(), int(item), int(items), &j0, &j1);
-        const int64_t u0 = j0 * rec.nr, u1 = j1 * rec.nr < H ? j1 * rec.nr : H, n = u1 - u0;
+      panel_phase(walk, rec, items, [&](const PanelRange& r, bool first) {
+        const int64_t u0 = r.begin, u1 = r.end, n = u1 - u0;
         if (first) pack_gemm_rows(live, h_prev_t, H, rec, work);
-        gemm_packed(live, work, rec, j0, j1, h_next_t, H, work);
+        gemm_packed(live, work, rec, r.first, r.last, h_next_t, H, work);
         carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept
         for (int64_t b = 0; b < live; ++b) {
           T* hn = h_next_t + b * H;
@@ -83,36 +79,26 @@ struct RnnBackwardJob {
     const int64_t T_ = a.steps, B = a.batch, H = a.units;
     const int64_t items = phase_items(rec_t.panels(), participants);
     T* work = a_packs->of(p);
-    const auto units_of = [&](int64_t item, int64_t* u0, int64_t* u1, int64_t* j0, int64_t* j1) {
-      split_blocks(rec_t.panels(), int(item), int(items), j0, j1);
-      *u0 = *j0 * rec_t.nr;
-      *u1 = *j1 * rec_t.nr < H ? *j1 * rec_t.nr : H;
-    };
     PhaseWalk walk(*queue, p);
-    walk.run(items, [&](int64_t item, bool) {
-      int64_t j0, j1;
-      split_blocks(rec_t.panels(), int(item), int(items), &j0, &j1);
-      pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, j0, j1);
+    panel_phase(walk, rec_t, items, [&](const PanelRange& r, bool) {
+      pack_panels(a.w_rec.data, a.w_rec.cs, a.w_rec.rs, rec_t, r.first, r.last);
     });
-    const auto recurrent = [&](int64_t t_next, int64_t item, bool first) {
-      int64_t u0, u1, j0, j1;
-      units_of(item, &u0, &u1, &j0, &j1);
+    const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
       const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
       const int64_t live = live_rows(valid, B);
       if (first) pack_gemm_rows(live, a.d_pre + t_next * B * H, H, rec_t, work);
-      gemm_packed(live, work, rec_t, j0, j1, dh_prev, H, work);
+      gemm_packed(live, work, rec_t, r.first, r.last, dh_prev, H, work);
       for (int64_t b = 0; b < live; ++b) {
         if (valid && !valid[b]) continue;
-        for (int64_t u = u0; u < u1; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
+        for (int64_t u = r.begin; u < r.end; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
       }
     };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
-      walk.run(items, [&](int64_t item, bool first) {
-        if (t < T_ - 1) recurrent(t + 1, item, first);
-        int64_t u0, u1, j0, j1;
-        units_of(item, &u0, &u1, &j0, &j1);
+      panel_phase(walk, rec_t, items, [&](const PanelRange& r, bool first) {
+        if (t < T_ - 1) recurrent(t + 1, r, first);
+        const int64_t u0 = r.begin, u1 = r.end;
         zero_rows(a.d_pre + t * B * H, live, B, 1, H, u0, u1);  // ended sequences: dh kept
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * H;
@@ -135,7 +121,8 @@ struct RnnBackwardJob {
         }
       });
     }
-    if (T_ > 0) walk.run(items, [&](int64_t item, bool first) { recurrent(0, item, first); });
+    if (T_ > 0)
+      panel_phase(walk, rec_t, items, [&](const PanelRange& r, bool first) { recurrent(0, r, first); });
     if (p == 0) walk.wait_all();
   }
 };
@@ -153,8 +140,6 @@ void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
-  PhaseQueue queue(team);
-  job.queue = &queue;
   run_open_job(job, team);
 }
 
@@ -168,8 +153,6 @@ void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
   const int team = team_size(threads, job.rec_t.panels());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
   job.a_packs = &a_packs;
-  PhaseQueue queue(team);
-  job.queue = &queue;
   run_open_job(job, team);
 }
 
