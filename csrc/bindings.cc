@@ -285,6 +285,10 @@ PYBIND11_MODULE(_native, m) {
   m.def("set_join_delay", [](double seconds) { set_join_delay_ns(int64_t(seconds * 1e9)); },
         py::arg("seconds"),
         "Test hook: workers wait this long before they join a time loop (late workers); 0: off.");
+  m.def("set_unpacked_steps", [](bool on) { unpacked_steps.store(on, std::memory_order_relaxed); },
+        py::arg("on"),
+        "Test hook: False packs the weights of one-row (B = 1) steps too; True (default): read "
+        "where they lie.");
   m.def("release_cached_workspaces", &workspace_release_cached,
         "Frees the kernels' recycled workspace blocks that no call is using.");
   m.def("panel_width", [](int itemsize) {

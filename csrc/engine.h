@@ -231,6 +231,10 @@ class PhaseQueue {
 // still waking up, or one that arrives after the job is done).
 void set_join_delay_ns(int64_t ns);
 
+// Test hook: false makes the one-row steps pack their weights as the other batch sizes do
+// (reads_unpacked, gemm_kernels.h), to compare the two paths.
+extern std::atomic<bool> unpacked_steps;
+
 // Jobs that asked for more than one thread and ran with all of them, and with fewer (a worker
 // had not joined within the join window, or a small job ran alone beside cold workers):
 // diagnostics.

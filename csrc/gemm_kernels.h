@@ -241,6 +241,109 @@ void pack_rows(const T* A, int64_t row_stride, int64_t col_stride, int64_t M, in
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The unpacked product of one-row steps.  At B = 1 a step's GEMM is a matrix-vector product that
+// reads every value of R once: packing R (a transposing copy of the whole matrix per call) costs
+// as much as several steps, so the forward loops read R where it lies when each of its columns
+// is contiguous (element (k, n) at src[n · col_stride + k]: the cuDNN layout's R).
+
+constexpr int kDotColumns = 8;  // columns per pass: 8 independent FMA chains hide the latency
+
+// sums[j] = the sum of v[j]'s lanes for j < 8, each in one fixed order (whole halves folded
+// first, then adjacent lanes pairwise: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) for
+// 8 lanes), so a column's value does not depend on which columns share its pass.
+#if FUSEDRNN_VECTOR_BYTES >= 32
+// A vector's halves added until 32 bytes are left (a no-op for AVX2).
+template <class Half, class T>
+inline Half fold_to_256(V<T> v) {
+  Half sum;
+  std::memcpy(&sum, &v, sizeof sum);
+  for (size_t offset = sizeof sum; offset < sizeof v; offset += sizeof sum) {
+    Half half;
+    std::memcpy(&half, reinterpret_cast<const char*>(&v) + offset, sizeof half);
+    sum += half;
+  }
+  return sum;
+}
+inline __m256 fold8(V<float> v) { return fold_to_256<__m256, float>(v); }
+inline __m256d fold4(V<double> v) { return fold_to_256<__m256d, double>(v); }
+inline void column_sums(const V<float>* v, float* sums) {
+  const __m256 a = _mm256_hadd_ps(fold8(v[0]), fold8(v[1]));
+  const __m256 b = _mm256_hadd_ps(fold8(v[2]), fold8(v[3]));
+  const __m256 c = _mm256_hadd_ps(fold8(v[4]), fold8(v[5]));
+  const __m256 d = _mm256_hadd_ps(fold8(v[6]), fold8(v[7]));
+  const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+  _mm256_storeu_ps(sums, _mm256_permute2f128_ps(ab, cd, 0x20) + _mm256_permute2f128_ps(ab, cd, 0x31));
+}
+inline void column_sums(const V<double>* v, double* sums) {
+  for (int half = 0; half < 2; ++half) {
+    const V<double>* w = v + 4 * half;
+    const __m256d a = _mm256_hadd_pd(fold4(w[0]), fold4(w[1]));
+    const __m256d b = _mm256_hadd_pd(fold4(w[2]), fold4(w[3]));
+    _mm256_storeu_pd(sums + 4 * half,
+                     _mm256_permute2f128_pd(a, b, 0x20) + _mm256_permute2f128_pd(a, b, 0x31));
+  }
+}
+#else
+template <class T>
+inline void column_sums(const V<T>* v, T* sums) {
+  constexpr int W = Vec<T>::width;
+  for (int j = 0; j < kDotColumns; ++j) {
+    T lanes[W];
+    std::memcpy(lanes, &v[j], sizeof lanes);
+    for (int half = W / 2; half >= 1; half /= 2)
+      for (int i = 0; i < half; ++i) lanes[i] += lanes[i + half];
+    sums[j] = lanes[0];
+  }
+}
+#endif
+
+// out[m · ldo + n] = (Σ_k a[m · lda + k] · src[n · col_stride + k]) (· scale[n]) for rows
+// m < M and columns n in [n0, n1); K values per column.  Each sum: the lanes of W partial sums
+// (lane l: the FMAs of k ≡ l mod W, in increasing k) added in a fixed order (column_sums).
+template <class T>
+__attribute__((noinline)) void dot_columns(int64_t M, const T* a, int64_t lda, int64_t K,
+                                           const T* src, int64_t col_stride, int64_t n0,
+                                           int64_t n1, const T* scale, T* out, int64_t ldo) {
+  constexpr int W = Vec<T>::width;
+  constexpr int NC = kDotColumns;
+  for (int64_t n = n0; n < n1; n += NC) {
+    const int nc = int(n1 - n < NC ? n1 - n : NC);
+    const T* column[NC];
+    for (int j = 0; j < NC; ++j) column[j] = src + (n + (j < nc ? j : 0)) * col_stride;
+    for (int64_t m = 0; m < M; ++m) {
+      const T* am = a + m * lda;
+      V<T> acc[NC];
+      for (int j = 0; j < NC; ++j) acc[j] = splat<T>(T(0));
+      int64_t k = 0;
+      for (; k + W <= K; k += W) {
+        const V<T> av = load(am + k);
+        for (int j = 0; j < NC; ++j) acc[j] = fmadd(av, load(column[j] + k), acc[j]);
+      }
+      if (k < K) {
+        const V<T> av = load_n(am + k, K - k);
+        for (int j = 0; j < NC; ++j) acc[j] = fmadd(av, load_n(column[j] + k, K - k), acc[j]);
+      }
+      T sums[NC];
+      column_sums(acc, sums);
+      T* o = out + m * ldo + n;
+      for (int j = 0; j < nc; ++j) o[j] = scale ? sums[j] * scale[n + j] : sums[j];
+    }
+  }
+}
+
+// Whether a forward loop's one-row steps read `m` (depth K) unpacked (dot_columns): a batch of
+// one, m's columns contiguous, K ≥ 256 (below, the lane sums cost more than the packing saves:
+// H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 % faster; docs/performance.md).
+// Not the backward's Rᵀ: its rows, 4·P bytes apart, cost a TLB miss each when read in place
+// (H = 128–1024 training ran 5–30 % slower), and packing them is a plain copy.
+constexpr int64_t kUnpackedMinDepth = 256;
+template <class T>
+inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth) {
+  return batch == 1 && m.data && m.rs == 1 && depth >= kUnpackedMinDepth &&
+         unpacked_steps.load(std::memory_order_relaxed);
+}
+
 // Workspace values gemm_panels needs for M rows and depth K: the packed A, and (K > kKChunk) a
 // contiguous [M, 4·NR] tile holding the partial sums between K chunks.
 template <class T>

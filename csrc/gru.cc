@@ -13,6 +13,7 @@ template <class T>
 struct GruForwardJob {
   const GruForwardArgs<T>& a;
   PackedMatrix<T> rec;  // R: K = H, groups r, u, h' of H columns
+  StridedMatrix<T> unpacked;  // R read where it lies (reads_unpacked; data null: R is packed)
   T* q;                 // [B, 3H] h_{t-1} R + bR
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W + bW (when x_gates is not given)
@@ -28,7 +29,7 @@ struct GruForwardJob {
     const T half = T(0.5);
     PhaseWalk walk(*queue, p);
     panel_phase(walk, rec, items, [&](const PanelRange& r, bool) {
-      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last);
+      if (!unpacked.data) pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last);
       if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
@@ -40,8 +41,8 @@ struct GruForwardJob {
       const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.at(t);
       panel_phase(walk, rec, items, [&](const PanelRange& r, bool first) {
         const int64_t u0 = r.begin, u1 = r.end, n = u1 - u0;
-        if (first) pack_gemm_rows(live, h_prev_t, H, rec, work);
-        gemm_packed(live, work, rec, r.first, r.last, q, G, work);
+        step_product(live, h_prev_t, H, rec, unpacked, static_cast<const T*>(nullptr), r, first, q,
+                     G, work);
         carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept, trace rows zero
         const int64_t trace_t = a.keep_trace ? t : 0;
         zero_rows(a.gates + trace_t * B * G, live, B, 3, H, u0, u1);
@@ -165,9 +166,10 @@ struct GruBackwardJob {
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  GruForwardJob<T> job{a, {}, nullptr, nullptr, {}, nullptr};
+  GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
-  Buffer<T> rec(job.rec.values()), q(size_t(a.batch * 3 * a.units));
+  if (reads_unpacked(a.batch, a.w_rec, a.units)) job.unpacked = a.w_rec;
+  Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values()), q(size_t(a.batch * 3 * a.units));
   job.rec.data = rec.data;
   job.q = q.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,

@@ -20,6 +20,7 @@ template <class T>
 struct LstmForwardJob {
   const LstmForwardArgs<T>& a;
   PackedMatrix<T> rec, proj;  // R: K = P, groups i, f, c, o of H columns; W_P: K = H, N = P
+  StridedMatrix<T> unpacked;  // R read where it lies (reads_unpacked; data null: R is packed)
   T* m;                       // [B, H] o ⊙ tanh(c) before the projection
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W (when x_gates is not given)
@@ -101,7 +102,8 @@ struct LstmForwardJob {
         return;
       }
       const PanelRange r = panel_range(rec, item, units_items);
-      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last, a.gate_scale);
+      if (!unpacked.data)
+        pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last, a.gate_scale);
       if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
@@ -118,8 +120,7 @@ struct LstmForwardJob {
       walk.run(units_items, [&](int64_t item, bool first) {
         const PanelRange r = panel_range(rec, item, units_items);
         const int64_t u0 = r.begin, u1 = r.end;
-        if (first) pack_gemm_rows(live, h_prev, P, rec, work);
-        gemm_packed(live, work, rec, r.first, r.last, g_t, G, work);
+        step_product(live, h_prev, P, rec, unpacked, a.gate_scale, r, first, g_t, G, work);
         // ended sequences: state kept, trace rows zero
         carry_rows(c_next_t, c_prev_t, live, B, H, u0, u1);
         if (!a.w_proj) carry_rows(h_next, h_prev, live, B, P, u0, u1);
@@ -285,7 +286,7 @@ struct LstmBackwardJob {
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  LstmForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr, a.gates, a.co, a.c};
+  LstmForwardJob<T> job{a, {}, {}, {}, nullptr, nullptr, {}, nullptr, a.gates, a.co, a.c};
   const int64_t BH = a.batch * a.units;
   // inference: the engine's own aligned one-step buffers, rows padded to whole cache lines
   Buffer<T> step(a.keep_trace ? 0 : size_t(4 * BH + BH + 2 * BH));
@@ -296,7 +297,8 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
     for (int64_t i = 0; i < BH; ++i) job.c[i] = a.c[i];
   }
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
-  Buffer<T> rec(job.rec.values());
+  if (reads_unpacked(a.batch, a.w_rec, a.out_units)) job.unpacked = a.w_rec;
+  Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values());
   job.rec.data = rec.data;
   int64_t blocks = job.rec.panels();
   size_t proj_values = 0;

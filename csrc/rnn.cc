@@ -19,6 +19,7 @@ template <class T>
 struct RnnForwardJob {
   const RnnForwardArgs<T>& a;
   PackedMatrix<T> rec;
+  StridedMatrix<T> unpacked;  // R read where it lies (reads_unpacked; data null: R is packed)
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W + b (when x_gates is not given)
   PhaseQueue* queue;            // the work of the threads that take part
@@ -32,7 +33,7 @@ struct RnnForwardJob {
     T* work = a_packs->of(p);
     PhaseWalk walk(*queue, p);
     panel_phase(walk, rec, items, [&](const PanelRange& r, bool) {
-      pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last);
+      if (!unpacked.data) pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last);
       if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
@@ -44,8 +45,8 @@ struct RnnForwardJob {
       const T* xg_t = a.x_gates ? a.x_gates + t * B * H : input.at(t);
       panel_phase(walk, rec, items, [&](const PanelRange& r, bool first) {
         const int64_t u0 = r.begin, u1 = r.end, n = u1 - u0;
-        if (first) pack_gemm_rows(live, h_prev_t, H, rec, work);
-        gemm_packed(live, work, rec, r.first, r.last, h_next_t, H, work);
+        step_product(live, h_prev_t, H, rec, unpacked, static_cast<const T*>(nullptr), r, first,
+                     h_next_t, H, work);
         carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept
         for (int64_t b = 0; b < live; ++b) {
           T* hn = h_next_t + b * H;
@@ -131,9 +132,10 @@ struct RnnBackwardJob {
 
 template <class T>
 void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
-  RnnForwardJob<T> job{a, {}, nullptr, {}, nullptr};
+  RnnForwardJob<T> job{a, {}, {}, nullptr, {}, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units;
-  Buffer<T> rec(job.rec.values());
+  if (reads_unpacked(a.batch, a.w_rec, a.units)) job.unpacked = a.w_rec;
+  Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values());
   job.rec.data = rec.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
                                   a.steps, a.batch, a.bias, nullptr, a.valid);

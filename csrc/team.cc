@@ -101,6 +101,8 @@ std::atomic<Team*> current_team{nullptr};
 std::atomic<int64_t> join_delay_ns{0};
 }  // namespace
 
+std::atomic<bool> unpacked_steps{true};
+
 void set_join_delay_ns(int64_t ns) { join_delay_ns.store(ns > 0 ? ns : 0, std::memory_order_relaxed); }
 
 void Team::replace_after_fork() { current_team.store(new Team(), std::memory_order_release); }

@@ -18,6 +18,7 @@ differ, and by how much:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -88,8 +89,8 @@ def threads():
     settings.set_num_threads(previous)
 
 
-def assert_close(ref, got, dtype, what=""):
-    tol = TOLERANCE[np.dtype(dtype).type]
+def assert_close(ref, got, dtype, what="", tol=None):
+    tol = TOLERANCE[np.dtype(dtype).type] if tol is None else tol
     for k, (a, b) in enumerate(zip(ref, got)):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
         assert a.shape == b.shape, (what, k)
@@ -398,6 +399,69 @@ def test_bits_independent_of_thread_count(case, dtype, threads):
         threads(n)
         assert _native_run(case, dtype) == one, f"{n} threads"
     assert _native_run(case, dtype) == one  # repeated
+
+
+# B = 1 and a recurrent depth ≥ 256: the forward steps read R where it lies (dot_columns), not
+# packed; column counts and depths that are no multiple of the 8-column pass or of a vector
+ONE_ROW = [Case(mode="lstm", num_layers=2, num_dirs=2, batch=1, max_time=5, num_units=256,
+                input_size=20, lengths=(3,)),
+           Case(mode="lstm", batch=1, max_time=4, num_units=300, num_proj=260, input_size=9),
+           Case(mode="gru", batch=1, max_time=4, num_units=257, input_size=6),
+           Case(mode="rnn_tanh", batch=1, max_time=4, num_units=264, input_size=5, lengths=(2,)),
+           Case(mode="rnn_relu", num_dirs=2, batch=1, max_time=3, num_units=259, input_size=5)]
+
+
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("case", ONE_ROW, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_row_steps_match_numpy_on_every_thread_count(isa, case, dtype, threads):
+    """The unpacked one-row products agree with the NumPy engine's float64 results (float32: to
+    1e-4 of the largest value; the projected LSTM's gradients reach ~200, and without FMA the
+    portable path's float32 error is 3e-5 of that), forward and backward, and give the same bits
+    on 1, 2 and 3 threads."""
+    threads(1)
+    truth = cudnn_both(case, np.float64)["numpy"]
+    assert_close(truth, cudnn_both(case, dtype)["native"], dtype, f"{case} on {isa}",
+                 tol=None if dtype == np.float64 else 1e-4)
+    one = _native_run(case, dtype)
+    for n in (2, 3):
+        threads(n)
+        assert _native_run(case, dtype) == one, f"{n} threads"
+
+
+@contextlib.contextmanager
+def packed_steps():
+    """The one-row steps pack their weights inside (the B > 1 path)."""
+    native.set_unpacked_steps(False)
+    try:
+        yield
+    finally:
+        native.set_unpacked_steps(True)
+
+
+@pytest.mark.parametrize("case", ONE_ROW + [
+    Case(mode="lstm", batch=1, max_time=6, num_units=100, input_size=8, lengths=(4,)),
+    Case(mode="lstm", batch=1, max_time=5, num_units=90, num_proj=40, input_size=8),
+    Case(mode="gru", num_dirs=2, batch=1, max_time=5, num_units=70, input_size=8)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_row_steps_unpacked_against_packed(case, dtype):
+    """Below depth 256 the one-row steps pack R as before: every bit is the packed path's.  From
+    256 the forward reads R by columns (dot_columns), summing in another order: close, not
+    equal, and the backward (packed either way) starts from those forward results."""
+    unpacked = _native_run(case, dtype)
+    with packed_steps():
+        packed = _native_run(case, dtype)
+    if case.hidden_out < 256:
+        assert unpacked == packed
+    else:
+        assert unpacked != packed  # the forward took the unpacked path
+        prob = make_problem(case, 3, dtype)
+        with settings.backend("native"):
+            got = forward_v3(prob)
+            with packed_steps():
+                want = forward_v3(prob)
+        assert_close((want.output, want.output_h, want.output_c),
+                     (got.output, got.output_h, got.output_c), dtype, str(case))
 
 
 # several chunks of the in-loop input projection (⌈128 / B⌉ steps each), ended sequences
