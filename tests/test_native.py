@@ -445,9 +445,10 @@ def packed_steps():
     Case(mode="gru", num_dirs=2, batch=1, max_time=5, num_units=70, input_size=8)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_one_row_steps_unpacked_against_packed(case, dtype):
-    """Below depth 256 the one-row steps pack R as before: every bit is the packed path's.  From
-    256 the forward reads R by columns (dot_columns), summing in another order: close, not
-    equal, and the backward (packed either way) starts from those forward results."""
+    """The depth rule: below 256 the one-row steps still pack R, every bit the packed path's.
+    From 256 the forward reads R by columns (dot_columns), summing in another order: its
+    results are close to the packed ones, not equal (so the path was taken), and the backward
+    (packed either way) starts from them."""
     unpacked = _native_run(case, dtype)
     with packed_steps():
         packed = _native_run(case, dtype)
