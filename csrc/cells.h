@@ -68,21 +68,35 @@ PanelRange panel_range(const PackedMatrix<T>& m, int64_t item, int64_t items) {
 // One step's product for the panel range r of a forward loop's recurrent matrix: C[m, g·N + n]
 // = Σ_k A[m, k] R[k, g·N + n] for rows m < M and r's columns n of every group g.  From R's
 // panels (`m`; `first`: this thread's first range of the step, which packs A into `work`), or,
-// when `unpacked` holds R (reads_unpacked), from R where it lies, then · scale[g·N + n] (the
-// scale the packing applies; null: none).
+// when `unpacked` holds R (reads_unpacked), from R where it lies (unpacked_product), R's
+// columns times scale[g·N + n] (the scale the packing applies; null: none).
 template <class T>
 void step_product(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& m,
                   const StridedMatrix<T>& unpacked, const T* scale, const PanelRange& r, bool first,
                   T* C, int64_t ldc, T* work) {
   if (unpacked.data) {
     for (int64_t g = 0; g < m.groups; ++g)
-      dot_columns(M, A, lda, m.rows, unpacked.data + g * m.columns * unpacked.cs, unpacked.cs,
-                  r.begin, r.end, scale ? scale + g * m.columns : nullptr, C + g * m.columns, ldc);
+      unpacked_product(M, A, lda, m.rows, column_group(unpacked, g, m.columns), r.begin, r.end,
+                       scale ? scale + g * m.columns : nullptr, C + g * m.columns, ldc);
     return;
   }
   if (first) pack_gemm_rows(M, A, lda, m, work);
   gemm_packed(M, work, m, r.first, r.last, C, ldc, work);
 }
+
+// The recurrent and input matrices a forward loop reads unpacked (data null: packed), by
+// reads_unpacked: R whenever its layout allows, W only for a single row of a single step
+// (projections of more rows run faster packed: docs/performance.md).
+template <class T>
+struct UnpackedWeights {
+  StridedMatrix<T> rec, in;
+  UnpackedWeights(int64_t steps, int64_t batch, const StridedMatrix<T>& w_rec, int64_t rec_depth,
+                  const StridedMatrix<T>& w_in, int64_t in_depth, bool has_x) {
+    const bool once = steps * batch == 1;
+    if (reads_unpacked(batch, w_rec, rec_depth, once)) rec = w_rec;
+    if (has_x && once && reads_unpacked(batch, w_in, in_depth, once)) in = w_in;
+  }
+};
 
 // Items per phase of an open time loop over `panels` panels: a few per thread (a late or slow
 // thread's share is taken over in small pieces), one for a thread alone.

@@ -332,16 +332,95 @@ __attribute__((noinline)) void dot_columns(int64_t M, const T* a, int64_t lda, i
   }
 }
 
-// Whether a forward loop's one-row steps read `m` (depth K) unpacked (dot_columns): a batch of
-// one, m's columns contiguous, K ≥ 256 (below, the lane sums cost more than the packing saves:
-// H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 % faster; docs/performance.md).
-// Not the backward's Rᵀ: its rows, 4·P bytes apart, cost a TLB miss each when read in place
-// (H = 128–1024 training ran 5–30 % slower), and packing them is a plain copy.
+constexpr int kAxpyVectors = 8;  // vectors of columns per pass of axpy_rows
+
+// out[m · ldo + n] = Σ_k a[m · lda + k] · (src[k · row_stride + n] (· scale[n])) for rows m < M
+// and columns n in [n0, n1): B's rows read where they lie, each element the FMA chain over
+// increasing k from zero of the packed micro-kernel on B packed with the same column scale
+// (pack_panels rounds the same products), so the same bits as the packed product.
+template <class T, bool kScaled>
+void axpy_rows_pass(int64_t K, const T* am, const T* row, int64_t row_stride, const T* scale,
+                    int full, int64_t rest, T* o) {
+  constexpr int W = Vec<T>::width;
+  constexpr int NV = kAxpyVectors;
+  V<T> acc[NV], s[NV];
+  for (int j = 0; j < NV; ++j) {
+    acc[j] = splat<T>(T(0));
+    s[j] = kScaled && j <= full && (j < full || rest) ? load_n(scale + j * W, j < full ? W : rest)
+                                                      : splat<T>(T(1));
+  }
+  const auto b = [&](const T* r, int j, int64_t n) {
+    const V<T> v = n == W ? load(r + j * W) : load_n(r + j * W, n);
+    return kScaled ? v * s[j] : v;
+  };
+  if (full == NV) {
+    for (int64_t k = 0; k < K; ++k, row += row_stride) {
+      const V<T> av = broadcast(am + k);
+      for (int j = 0; j < NV; ++j) acc[j] = fmadd(av, b(row, j, W), acc[j]);
+    }
+  } else {
+    for (int64_t k = 0; k < K; ++k, row += row_stride) {
+      const V<T> av = broadcast(am + k);
+      for (int j = 0; j < full; ++j) acc[j] = fmadd(av, b(row, j, W), acc[j]);
+      if (rest) acc[full] = fmadd(av, b(row, full, rest), acc[full]);
+    }
+  }
+  for (int j = 0; j < full; ++j) store(o + j * W, acc[j]);
+  if (rest) store_n(o + full * W, acc[full], rest);
+}
+
+template <class T>
+__attribute__((noinline)) void axpy_rows(int64_t M, const T* a, int64_t lda, int64_t K,
+                                         const T* src, int64_t row_stride, int64_t n0, int64_t n1,
+                                         const T* scale, T* out, int64_t ldo) {
+  constexpr int W = Vec<T>::width;
+  constexpr int64_t step = kAxpyVectors * W;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < n1; n += step) {
+      const int64_t width = n1 - n < step ? n1 - n : step;
+      const int full = int(width / W);
+      const int64_t rest = width - full * W;
+      if (scale)
+        axpy_rows_pass<T, true>(K, a + m * lda, src + n, row_stride, scale + n, full, rest,
+                                out + m * ldo + n);
+      else
+        axpy_rows_pass<T, false>(K, a + m * lda, src + n, row_stride, nullptr, full, rest,
+                                 out + m * ldo + n);
+    }
+}
+
+// The unpacked product of whichever layout m has: by columns (dot_columns) when they are
+// contiguous, else by rows (axpy_rows; m's rows contiguous).  m: element (k, n) at data[k · rs +
+// n · cs] for n < N; out[row · ldo + n] for n in [n0, n1) (· scale[n]; null: none).
+template <class T>
+void unpacked_product(int64_t M, const T* a, int64_t lda, int64_t K, const StridedMatrix<T>& m,
+                      int64_t n0, int64_t n1, const T* scale, T* out, int64_t ldo) {
+  if (m.rs == 1)
+    dot_columns(M, a, lda, K, m.data, m.cs, n0, n1, scale, out, ldo);
+  else
+    axpy_rows(M, a, lda, K, m.data, m.rs, n0, n1, scale, out, ldo);
+}
+
+// Whether a forward loop's one-row products read `m` (depth K) unpacked: a batch of one, and
+// m's columns contiguous with K ≥ 256 (dot_columns; below, the lane sums cost more than the
+// packing saves: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 % faster;
+// docs/performance.md), or — `once`: the product is used for a single row of a single step
+// (T · B = 1, e.g. LSTMBlockCell at B = 1), where packing is a whole extra pass over m — its rows
+// contiguous (axpy_rows: the packed kernel's bits).  Not the backward's Rᵀ: read in place
+// every step, its rows 4·P bytes apart cost a TLB miss each (H = 128–1024 training ran 5–30 %
+// slower), and packing them is a plain copy.
 constexpr int64_t kUnpackedMinDepth = 256;
 template <class T>
-inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth) {
-  return batch == 1 && m.data && m.rs == 1 && depth >= kUnpackedMinDepth &&
-         unpacked_steps.load(std::memory_order_relaxed);
+inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth, bool once) {
+  if (batch != 1 || !m.data || !unpacked_steps.load(std::memory_order_relaxed)) return false;
+  if (m.rs == 1) return depth >= kUnpackedMinDepth;
+  return once && m.cs == 1;
+}
+
+// Column group g of m (G groups of `columns` columns) as a matrix of its own.
+template <class T>
+inline StridedMatrix<T> column_group(const StridedMatrix<T>& m, int64_t g, int64_t columns) {
+  return StridedMatrix<T>{m.data + g * columns * m.cs, m.rs, m.cs};
 }
 
 // Workspace values gemm_panels needs for M rows and depth K: the packed A, and (K > kKChunk) a
@@ -452,7 +531,8 @@ struct ChunkedProjection {
   const T* x = nullptr;  // [T, B, I]
   const uint8_t* valid = nullptr;  // [T, B] or null
   int64_t inputs = 0, batch = 0, chunk_steps = 1;
-  PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns
+  PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns (data null: `unpacked`)
+  StridedMatrix<T> unpacked;  // W read where it lies (reads_unpacked; data null: w is packed)
   const T* bias = nullptr;   // [G·H]: buffer = x W + bias (NumPy's `out += bias`)
   const T* scale = nullptr;  // [G·H] or null: then (x W + bias) · scale
   T* buffer = nullptr;   // [chunk_steps, B, G·H]
@@ -486,10 +566,18 @@ struct ChunkedProjection {
         }
         rows_x = compact;
       }
-      pack_gemm_rows(rows, rows_x, inputs, w, work);
+      if (!unpacked.data) pack_gemm_rows(rows, rows_x, inputs, w, work);
     }
-    gemm_packed(rows, work, w, first, last, buffer, width, work);
     const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
+    if (unpacked.data) {
+      const T* rows_x = valid ? work + gemm_workspace_values<T>(chunk_steps * batch, inputs)
+                              : x + t0 * batch * inputs;
+      for (int64_t g = 0; g < w.groups; ++g)
+        unpacked_product(rows, rows_x, inputs, inputs, column_group(unpacked, g, w.columns), u0,
+                         u1, static_cast<const T*>(nullptr), buffer + g * w.columns, width);
+    } else {
+      gemm_packed(rows, work, w, first, last, buffer, width, work);
+    }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t g = 0; g < w.groups; ++g) {
         T* row = buffer + r * width + g * w.columns;
@@ -512,8 +600,8 @@ struct ChunkedProjection {
 
 // The buffers of a job's ChunkedProjection (the packed W, the chunk of x W + b), set up from the
 // job's recurrent matrix (same panels, so each thread projects its own units' columns); no
-// buffers when x is null (the caller gave the projection).  `work`: the per-thread GEMM
-// workspace values the projection needs.
+// buffers when x is null (the caller gave the projection), no packed W when `unpacked` holds W
+// (reads_unpacked).  `work`: the per-thread GEMM workspace values the projection needs.
 template <class T>
 struct ProjectionBuffers {
   Buffer<T> packed_w, chunk;
@@ -521,13 +609,14 @@ struct ProjectionBuffers {
 
   ProjectionBuffers(ChunkedProjection<T>& p, const PackedMatrix<T>& rec, const T* x,
                     int64_t inputs, int64_t steps, int64_t batch, const T* bias, const T* scale,
-                    const uint8_t* valid)
-      : packed_w(x ? with_rows(rec, inputs).values() : 0),
+                    const uint8_t* valid, StridedMatrix<T> unpacked = {})
+      : packed_w(x && !unpacked.data ? with_rows(rec, inputs).values() : 0),
         chunk(x ? size_t(ChunkedProjection<T>::steps_per_chunk(steps, batch) * batch * rec.groups *
                          rec.columns)
                 : 0) {
     p.w = with_rows(rec, x ? inputs : 0);
     p.w.data = packed_w.data;
+    p.unpacked = x ? unpacked : StridedMatrix<T>{};
     p.x = x; p.valid = valid; p.inputs = inputs; p.batch = batch; p.bias = bias; p.scale = scale;
     p.chunk_steps = ChunkedProjection<T>::steps_per_chunk(steps, batch);
     p.buffer = chunk.data;

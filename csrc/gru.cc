@@ -30,7 +30,8 @@ struct GruForwardJob {
     PhaseWalk walk(*queue, p);
     panel_phase(walk, rec, items, [&](const PanelRange& r, bool) {
       if (!unpacked.data) pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last);
-      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
+      if (!a.x_gates && !input.unpacked.data)
+        pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev_t = a.h + t * B * H;
@@ -168,12 +169,14 @@ template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
   GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
-  if (reads_unpacked(a.batch, a.w_rec, a.units)) job.unpacked = a.w_rec;
+  const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.units, a.w_in, a.inputs,
+                                    !a.x_gates);
+  job.unpacked = unpacked.rec;
   Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values()), q(size_t(a.batch * 3 * a.units));
   job.rec.data = rec.data;
   job.q = q.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
-                                  a.steps, a.batch, a.bias_in, nullptr, a.valid);
+                                  a.steps, a.batch, a.bias_in, nullptr, a.valid, unpacked.in);
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;

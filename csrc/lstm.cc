@@ -104,7 +104,8 @@ struct LstmForwardJob {
       const PanelRange r = panel_range(rec, item, units_items);
       if (!unpacked.data)
         pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last, a.gate_scale);
-      if (!a.x_gates) pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
+      if (!a.x_gates && !input.unpacked.data)
+        pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
@@ -297,7 +298,9 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
     for (int64_t i = 0; i < BH; ++i) job.c[i] = a.c[i];
   }
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
-  if (reads_unpacked(a.batch, a.w_rec, a.out_units)) job.unpacked = a.w_rec;
+  const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.out_units, a.w_in, a.inputs,
+                                    !a.x_gates);
+  job.unpacked = unpacked.rec;
   Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values());
   job.rec.data = rec.data;
   int64_t blocks = job.rec.panels();
@@ -311,7 +314,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   job.proj.data = proj.data;
   job.m = m.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
-                                  a.steps, a.batch, a.bias, a.gate_scale, a.valid);
+                                  a.steps, a.batch, a.bias, a.gate_scale, a.valid, unpacked.in);
   const int team = team_size(threads, blocks);
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));

@@ -465,6 +465,44 @@ def test_one_row_steps_unpacked_against_packed(case, dtype):
                      (got.output, got.output_h, got.output_c), dtype, str(case))
 
 
+@pytest.mark.parametrize("use_peephole", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, I", [(300, 37), (64, 5), (9, 300)])
+def test_single_step_reads_row_major_weights_in_place(use_peephole, dtype, n, I):
+    """One row of one step (LSTMBlockCell, BlockLSTM with T = 1, at B = 1): the row-major
+    ``w [I+n, 4n]`` is read in place (axpy_rows) for both products, with every bit of the packed
+    kernel's FMA chains; the NumPy engine agrees.  Widths with a partial 8-vector pass and a
+    partial vector."""
+    a = {k: v.astype(dtype) for k, v in _block_inputs(1, 1, I, n, seed=4).items()}
+    cell = {k: (v[0] if k == "x" else v) for k, v in a.items()}
+    attrs = dict(cell_clip=0.3, use_peephole=use_peephole)
+    with settings.backend("native"):
+        got = [bo.lstm_block_cell(*cell.values(), **attrs), bo.block_lstm(np.int64(1), *a.values(), **attrs)]
+        with packed_steps():
+            want = [bo.lstm_block_cell(*cell.values(), **attrs), bo.block_lstm(np.int64(1), *a.values(), **attrs)]
+    with settings.backend("numpy"):
+        reference = bo.lstm_block_cell(*cell.values(), **attrs)
+    for g, w in zip(got, want):
+        for x, y in zip(g, w):
+            np.testing.assert_array_equal(x, y)
+    assert_close(tuple(reference), tuple(got[0]), dtype, "LSTMBlockCell")
+
+
+def test_single_step_cudnn_reads_both_matrices_in_place():
+    """CudnnRNN with T = 1, B = 1 and I ≥ 256: x W is read by columns in place (dot_columns; R,
+    of depth 100, stays packed), so the results differ from the packed path's in the last bits."""
+    for mode in ("lstm", "gru", "rnn_tanh"):
+        case = Case(mode=mode, batch=1, max_time=1, num_units=100, input_size=300)
+        prob = make_problem(case, 3, np.float32)
+        with settings.backend("native"):
+            got = forward_v3(prob)
+            with packed_steps():
+                want = forward_v3(prob)
+        assert not np.array_equal(got.output, want.output), mode
+        assert_close((want.output, want.output_h, want.output_c),
+                     (got.output, got.output_h, got.output_c), np.float32, mode)
+
+
 # several chunks of the in-loop input projection (⌈128 / B⌉ steps each), ended sequences
 LATE = BIG + [Case(mode="lstm", batch=40, max_time=9, num_units=70, num_proj=24, input_size=8,
                    lengths=tuple(9 - k % 9 for k in range(40))),
