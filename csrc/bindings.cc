@@ -107,8 +107,18 @@ template <class T>
 void lstm_forward(py::object x_gates, py::object x, py::object w_in, py::object bias,
                   py::object gate_scale, py::object w_rec, py::object peep, py::object w_proj,
                   py::object valid, double cell_clip, bool keep_trace, py::object gates,
-                  py::object c, py::object co, py::object h, int threads) {
+                  py::object c, py::object co, py::object h, int threads, py::object gate_blocks) {
   LstmForwardArgs<T> a{};
+  int64_t blocks[4];
+  if (!gate_blocks.is_none()) {
+    const auto order = gate_blocks.cast<std::vector<int64_t>>();
+    if (order.size() != 4) throw std::invalid_argument("gate_blocks: 4 column blocks expected");
+    for (int g = 0; g < 4; ++g) {
+      if (order[g] < 0 || order[g] > 3) throw std::invalid_argument("gate_blocks: blocks are 0..3");
+      blocks[g] = order[g];
+    }
+    a.gate_blocks = blocks;
+  }
   a.steps = dim(h, 0) - 1; a.batch = dim(h, 1); a.units = dim(c, 2); a.out_units = dim(h, 2);
   set_input<T>(a, x_gates, x, w_in);
   a.bias = in<T>(bias, "bias");
@@ -299,10 +309,10 @@ PYBIND11_MODULE(_native, m) {
                            py::object gate_scale, py::object w_rec, py::object peep,
                            py::object w_proj, py::object valid, double clip, bool keep_trace,
                            py::object gates, py::object c, py::object co, py::object h,
-                           int threads) {
+                           int threads, py::object gate_blocks) {
     (is_double(h) ? lstm_forward<double> : lstm_forward<float>)(
         x_gates, x, w_in, bias, gate_scale, w_rec, peep, w_proj, valid, clip, keep_trace, gates,
-        c, co, h, threads);
+        c, co, h, threads, gate_blocks);
   });
   m.def("lstm_backward", [](py::object gates, py::object c, py::object co, py::object h,
                             py::object w_rec, py::object peep, py::object w_proj,

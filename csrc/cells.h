@@ -69,14 +69,15 @@ PanelRange panel_range(const PackedMatrix<T>& m, int64_t item, int64_t items) {
 // = Σ_k A[m, k] R[k, g·N + n] for rows m < M and r's columns n of every group g.  From R's
 // panels (`m`; `first`: this thread's first range of the step, which packs A into `work`), or,
 // when `unpacked` holds R (reads_unpacked), from R where it lies (unpacked_product), R's
-// columns times scale[g·N + n] (the scale the packing applies; null: none).
+// columns times scale[g·N + n] (the scale the packing applies; null: none); group g in R's column
+// block blocks[g] (null: block g).
 template <class T>
 void step_product(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& m,
                   const StridedMatrix<T>& unpacked, const T* scale, const PanelRange& r, bool first,
-                  T* C, int64_t ldc, T* work) {
+                  T* C, int64_t ldc, T* work, const int64_t* blocks = nullptr) {
   if (unpacked.data) {
     for (int64_t g = 0; g < m.groups; ++g)
-      unpacked_product(M, A, lda, m.rows, column_group(unpacked, g, m.columns), r.begin, r.end,
+      unpacked_product(M, A, lda, m.rows, column_group(unpacked, g, m.columns, blocks), r.begin, r.end,
                        scale ? scale + g * m.columns : nullptr, C + g * m.columns, ldc);
     return;
   }

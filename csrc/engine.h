@@ -51,6 +51,8 @@ struct LstmForwardArgs {
   T* c;               // [T+1, B, H] c[0] given, c[1:] out
   T* co;              // [T, B, H]   out: tanh(c[t+1])
   T* h;               // [T+1, B, P] h[0] given, h[1:] out
+  const int64_t* gate_blocks;  // [4] or null: the column block of w_in and w_rec that holds gate
+                               // i, f, c, o (BlockLSTM's ICFO layout read as it is: 0, 2, 1, 3)
 };
 
 template <class T>

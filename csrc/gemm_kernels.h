@@ -417,10 +417,12 @@ inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t dep
   return once && m.cs == 1;
 }
 
-// Column group g of m (G groups of `columns` columns) as a matrix of its own.
+// Column group g of m (G groups of `columns` columns; `blocks`: the column block holding group
+// g, null: block g) as a matrix of its own.
 template <class T>
-inline StridedMatrix<T> column_group(const StridedMatrix<T>& m, int64_t g, int64_t columns) {
-  return StridedMatrix<T>{m.data + g * columns * m.cs, m.rs, m.cs};
+inline StridedMatrix<T> column_group(const StridedMatrix<T>& m, int64_t g, int64_t columns,
+                                     const int64_t* blocks = nullptr) {
+  return StridedMatrix<T>{m.data + (blocks ? blocks[g] : g) * columns * m.cs, m.rs, m.cs};
 }
 
 // Workspace values gemm_panels needs for M rows and depth K: the packed A, and (K > kKChunk) a
@@ -533,6 +535,7 @@ struct ChunkedProjection {
   int64_t inputs = 0, batch = 0, chunk_steps = 1;
   PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns (data null: `unpacked`)
   StridedMatrix<T> unpacked;  // W read where it lies (reads_unpacked; data null: w is packed)
+  const int64_t* blocks = nullptr;  // the column block of W holding group g (null: block g)
   const T* bias = nullptr;   // [G·H]: buffer = x W + bias (NumPy's `out += bias`)
   const T* scale = nullptr;  // [G·H] or null: then (x W + bias) · scale
   T* buffer = nullptr;   // [chunk_steps, B, G·H]
@@ -573,7 +576,7 @@ struct ChunkedProjection {
       const T* rows_x = valid ? work + gemm_workspace_values<T>(chunk_steps * batch, inputs)
                               : x + t0 * batch * inputs;
       for (int64_t g = 0; g < w.groups; ++g)
-        unpacked_product(rows, rows_x, inputs, inputs, column_group(unpacked, g, w.columns), u0,
+        unpacked_product(rows, rows_x, inputs, inputs, column_group(unpacked, g, w.columns, blocks), u0,
                          u1, static_cast<const T*>(nullptr), buffer + g * w.columns, width);
     } else {
       gemm_packed(rows, work, w, first, last, buffer, width, work);

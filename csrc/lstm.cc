@@ -103,9 +103,11 @@ struct LstmForwardJob {
       }
       const PanelRange r = panel_range(rec, item, units_items);
       if (!unpacked.data)
-        pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last, a.gate_scale);
+        pack_panels(a.w_rec.data, a.w_rec.rs, a.w_rec.cs, rec, r.first, r.last, a.gate_scale,
+                    a.gate_blocks);
       if (!a.x_gates && !input.unpacked.data)
-        pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
+        pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last,
+                    static_cast<const T*>(nullptr), a.gate_blocks);
     });
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * B * P;
@@ -121,7 +123,8 @@ struct LstmForwardJob {
       walk.run(units_items, [&](int64_t item, bool first) {
         const PanelRange r = panel_range(rec, item, units_items);
         const int64_t u0 = r.begin, u1 = r.end;
-        step_product(live, h_prev, P, rec, unpacked, a.gate_scale, r, first, g_t, G, work);
+        step_product(live, h_prev, P, rec, unpacked, a.gate_scale, r, first, g_t, G, work,
+                     a.gate_blocks);
         // ended sequences: state kept, trace rows zero
         carry_rows(c_next_t, c_prev_t, live, B, H, u0, u1);
         if (!a.w_proj) carry_rows(h_next, h_prev, live, B, P, u0, u1);
@@ -315,6 +318,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   job.m = m.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
                                   a.steps, a.batch, a.bias, a.gate_scale, a.valid, unpacked.in);
+  job.input.blocks = a.gate_blocks;
   const int team = team_size(threads, blocks);
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));

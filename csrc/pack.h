@@ -123,19 +123,22 @@ void pack_columns(const T* first, int64_t col_stride, int64_t rows, int64_t widt
 }
 
 // Packs panels j in [first, last) of every group (each thread packs the panels it computes);
-// `column_scale` (length G·N, or null) multiplies column n's values as they are packed.
+// `column_scale` (length G·N, or null) multiplies column n's values as they are packed;
+// `group_blocks` (length G, or null: in order) names the column block of src that holds group g.
 template <class T>
 void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const PackedMatrix<T>& m,
-                 int64_t first, int64_t last, const T* column_scale = nullptr) {
+                 int64_t first, int64_t last, const T* column_scale = nullptr,
+                 const int64_t* group_blocks = nullptr) {
   constexpr int nr = PackedMatrix<T>::nr;
   for (int64_t g = 0; g < m.groups; ++g) {
+    const T* group = src + (group_blocks ? group_blocks[g] : g) * m.columns * col_stride;
     for (int64_t j = first; j < last; ++j) {
       T* dst = m.panel(g, j);
       const int64_t n0 = j * nr;
       const int64_t width = m.columns - n0 < nr ? m.columns - n0 : nr;
       if (row_stride == 1 && col_stride != 1) {
         // B's columns are contiguous (a transposed view): read each column once, in order.
-        const T* first_column = src + (g * m.columns + n0) * col_stride;
+        const T* first_column = group + n0 * col_stride;
         const T* scale = column_scale ? column_scale + g * m.columns + n0 : nullptr;
         pack_columns(first_column, col_stride, m.rows, width, scale, dst);
         continue;
@@ -143,11 +146,11 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
       if (col_stride == 1 && width == nr && !column_scale) {
         // contiguous rows, a full panel: NR values per row copied as they are
         for (int64_t k = 0; k < m.rows; ++k)
-          std::memcpy(dst + k * nr, src + k * row_stride + g * m.columns + n0, nr * sizeof(T));
+          std::memcpy(dst + k * nr, group + k * row_stride + n0, nr * sizeof(T));
         continue;
       }
       for (int64_t k = 0; k < m.rows; ++k) {
-        const T* row = src + k * row_stride + (g * m.columns + n0) * col_stride;
+        const T* row = group + k * row_stride + n0 * col_stride;
         if (column_scale) {
           const T* scale = column_scale + g * m.columns + n0;
           for (int64_t c = 0; c < nr; ++c)

@@ -56,6 +56,11 @@ def to_ifco(a: np.ndarray, layout: str) -> np.ndarray:
                           axis=-1)
 
 
+def gate_blocks(layout: str) -> tuple | None:
+    """The column blocks of a ``layout`` matrix that hold gates i, f, c, o (None: ``ifco``)."""
+    return None if layout == "ifco" else tuple(layout.index(gate) for gate in "ifco")
+
+
 class LSTMWeights(NamedTuple):
     """Weights in the compute dtype, columns in ``options.layout`` order.
 
@@ -96,8 +101,8 @@ def ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
         H = bias.shape[-1] // 4
         bias = bias.copy()
         bias[H:2 * H] += bias.dtype.type(options.forget_bias)
-    return weights._replace(w_input=w_input, w_recurrent=to_ifco(weights.w_recurrent, layout),
-                            bias=bias)
+    w_recurrent = None if weights.w_recurrent is None else to_ifco(weights.w_recurrent, layout)
+    return weights._replace(w_input=w_input, w_recurrent=w_recurrent, bias=bias)
 
 
 @functools.lru_cache(maxsize=64)

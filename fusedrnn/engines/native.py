@@ -171,16 +171,17 @@ def _live_linalg(valid: np.ndarray | None) -> Linalg:
 # biases, peepholes and the [T, B] mask C-contiguous.  Each returns h [T+1, B, Hout] (h[0] = h0).
 
 def lstm_inference(x, h0, c0, w_input, w_recurrent, bias, w_proj=None, *, x_gates=None,
-                   peepholes=None, valid=None, cell_clip: float = 0.0):
+                   peepholes=None, valid=None, cell_clip: float = 0.0, gate_blocks=None):
     """LSTM (i, f, c, o; ``bias`` = b_W + b_R; ``peepholes`` halved, [3, H]):
-    ``(h [T+1, B, Hout], c_T [B, H])``."""
+    ``(h [T+1, B, Hout], c_T [B, H])``.  ``gate_blocks``: the column blocks of ``w_input`` and
+    ``w_recurrent`` that hold i, f, c, o (None: in that order)."""
     source = x if x is not None else x_gates
     T, B, H, dtype = *source.shape[:2], c0.shape[-1], source.dtype
     c_states, h_states = aligned_empty((2, B, H), dtype), aligned_empty((T + 1, B, h0.shape[-1]), dtype)
     c_states[0], h_states[0] = c0, h0
     settings.native_module().lstm_forward(x_gates, x, w_input, bias, lstm.gate_scale(H, dtype), w_recurrent,
                                           peepholes, w_proj, valid, cell_clip, False, None, c_states,
-                                          None, h_states, settings.get_num_threads())
+                                          None, h_states, settings.get_num_threads(), gate_blocks)
     return h_states, c_states[T % 2]
 
 
@@ -222,7 +223,11 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     ``gates``/``co`` are None and whose ``c`` holds the final state only: the kernel keeps
     one step of them in its own buffers)."""
     native = settings.native_module()
-    w = lstm.ifco_weights(weights, options)
+    # the kernel reads W and R in their own gate order (no reordered copy); the bias and the
+    # peepholes are reordered here
+    w = lstm.ifco_weights(weights._replace(w_input=None, w_recurrent=None), options)
+    w = w._replace(w_input=weights.w_input, w_recurrent=weights.w_recurrent)
+    gate_blocks = lstm.gate_blocks(options.layout)
     T, B = x.shape[:2]
     H, Hout = c0.shape[-1], h0.shape[-1]
     dtype = x.dtype
@@ -238,13 +243,15 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     if not (keep_trace or out is not None):
         h_states, c_last = lstm_inference(x_in, h0, c0, w_in, w_rec, bias, w_proj, x_gates=x_gates,
                                           peepholes=peepholes, valid=_mask(valid),
-                                          cell_clip=float(options.cell_clip))
+                                          cell_clip=float(options.cell_clip),
+                                          gate_blocks=gate_blocks)
         return lstm.LSTMTrace(None, c_last[None], None, h_states)
     work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
     gates, c_states, co, h_states = work
     c_states[0], h_states[0] = c0, h0
     native.lstm_forward(x_gates, x_in, w_in, bias, scale, w_rec, peepholes, w_proj, _mask(valid),
-                        float(options.cell_clip), True, gates, c_states, co, h_states, _threads())
+                        float(options.cell_clip), True, gates, c_states, co, h_states, _threads(),
+                        gate_blocks)
     return lstm.LSTMTrace(*_copy_back(work, targets))
 
 
