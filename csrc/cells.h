@@ -65,6 +65,16 @@ PanelRange panel_range(const PackedMatrix<T>& m, int64_t item, int64_t items) {
   return r;
 }
 
+// C[m, g·N + n] = Σ_k A[m, k] B[k, g·N + n] for rows m < M and the columns n of the panel
+// range r in every group g, B packed (`m`); `first`: this thread's first range of the product,
+// which packs A into `work`.
+template <class T>
+void packed_product(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& m,
+                    const PanelRange& r, bool first, T* C, int64_t ldc, T* work) {
+  if (first) pack_gemm_rows(M, A, lda, m, work);
+  gemm_packed(M, work, m, r.first, r.last, C, ldc, work);
+}
+
 // One step's product for the panel range r of a forward loop's recurrent matrix: C[m, g·N + n]
 // = Σ_k A[m, k] R[k, g·N + n] for rows m < M and r's columns n of every group g.  From R's
 // panels (`m`; `first`: this thread's first range of the step, which packs A into `work`), or,
@@ -81,8 +91,37 @@ void step_product(int64_t M, const T* A, int64_t lda, const PackedMatrix<T>& m,
                        scale ? scale + g * m.columns : nullptr, C + g * m.columns, ldc);
     return;
   }
-  if (first) pack_gemm_rows(M, A, lda, m, work);
-  gemm_packed(M, work, m, r.first, r.last, C, ldc, work);
+  packed_product(M, A, lda, m, r, first, C, ldc, work);
+}
+
+// A backward step's dh_t = dG_{t+1} Rᵀ for the columns of r into dh_prev (row stride ldc), over
+// the rows up to the last valid one of step t + 1 (`valid_next`: its [B] mask, or null), whose
+// count it returns.  `first`: as in packed_product.
+template <class T>
+int64_t recurrent_gradient(const T* d_next, int64_t ld, const uint8_t* valid_next, int64_t B,
+                           const PackedMatrix<T>& rec_t, const PanelRange& r, bool first,
+                           T* dh_prev, int64_t ldc, T* work) {
+  const int64_t live = live_rows(valid_next, B);
+  packed_product(live, d_next, ld, rec_t, r, first, dh_prev, ldc, work);
+  return live;
+}
+
+// to[b · width + n] = from[b · width + n] for columns [begin, end) of the rows b < live that are
+// valid (`valid` null: all); the other rows keep theirs.
+template <class T>
+inline void copy_valid_rows(T* to, const T* from, const uint8_t* valid, int64_t live,
+                            int64_t width, int64_t begin, int64_t end) {
+  for (int64_t b = 0; b < live; ++b) {
+    if (valid && !valid[b]) continue;
+    for (int64_t n = begin; n < end; ++n) to[b * width + n] = from[b * width + n];
+  }
+}
+
+// to[n] += from[n] for n in [begin, end); nothing when `from` is null (no per-step gradient).
+template <class T>
+inline void add_columns(T* to, const T* from, int64_t begin, int64_t end) {
+  if (from)
+    for (int64_t n = begin; n < end; ++n) to[n] += from[n];
 }
 
 // The recurrent and input matrices a forward loop reads unpacked (data null: packed), by

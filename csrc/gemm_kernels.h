@@ -558,10 +558,10 @@ struct ChunkedProjection {
   void compute(int64_t t0, int64_t steps, int64_t first, int64_t last, T* work, bool pack) const {
     const int64_t n = steps - t0 < chunk_steps ? steps - t0 : chunk_steps, width = w.groups * w.columns;
     const int64_t rows = projected_rows(t0, n);
+    T* compact = work + gemm_workspace_values<T>(chunk_steps * batch, inputs);  // with `valid`
     if (pack) {
       const T* rows_x = x + t0 * batch * inputs;
       if (valid) {  // the live rows of each step, one after the other
-        T* compact = work + gemm_workspace_values<T>(chunk_steps * batch, inputs);
         for (int64_t s = t0, r = 0; s < t0 + n; ++s) {
           const int64_t live = live_rows(valid + s * batch, batch);
           std::memcpy(compact + r * inputs, x + s * batch * inputs, size_t(live * inputs) * sizeof(T));
@@ -573,8 +573,7 @@ struct ChunkedProjection {
     }
     const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
     if (unpacked.data) {
-      const T* rows_x = valid ? work + gemm_workspace_values<T>(chunk_steps * batch, inputs)
-                              : x + t0 * batch * inputs;
+      const T* rows_x = valid ? compact : x + t0 * batch * inputs;
       for (int64_t g = 0; g < w.groups; ++g)
         unpacked_product(rows, rows_x, inputs, inputs, column_group(unpacked, g, w.columns, blocks), u0,
                          u1, static_cast<const T*>(nullptr), buffer + g * w.columns, width);

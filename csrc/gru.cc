@@ -107,9 +107,8 @@ struct GruBackwardJob {
     const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
       const int64_t u0 = r.begin, u1 = r.end;
       const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
-      const int64_t live = live_rows(valid, B);
-      if (first) pack_gemm_rows(live, a.d_q + t_next * B * G, G, rec_t, work);
-      gemm_packed(live, work, rec_t, r.first, r.last, dh_prev, H, work);
+      const int64_t live = recurrent_gradient(a.d_q + t_next * B * G, G, valid, B, rec_t, r, first,
+                                              dh_prev, H, work);
       for (int64_t b = 0; b < live; ++b) {
         const T* ug = a.gates + (t_next * B + b) * G + H;
         T* dh = a.dh + b * H;
@@ -128,10 +127,7 @@ struct GruBackwardJob {
         zero_rows(a.d_q + t * B * G, live, B, 3, H, u0, u1);
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * H;
-          if (a.dh_steps) {
-            const T* ds = a.dh_steps + (t * B + b) * H;
-            for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
-          }
+          add_columns(dh, a.dh_steps ? a.dh_steps + (t * B + b) * H : nullptr, u0, u1);
           if (b >= live) continue;
           const T* g = a.gates + (t * B + b) * G;
           const T *r = g, *ug = g + H, *n = g + 2 * H;

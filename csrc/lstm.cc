@@ -148,8 +148,7 @@ struct LstmForwardJob {
       if (a.w_proj)
         walk.run(proj_items, [&](int64_t item, bool first) {
           const PanelRange r = panel_range(proj, item, proj_items);
-          if (first) pack_gemm_rows(live, m, H, proj, work);
-          gemm_packed(live, work, proj, r.first, r.last, h_next, P, work);
+          packed_product(live, m, H, proj, r, first, h_next, P, work);
           for (int64_t b = 0; b < B; ++b)
             if (valid && !valid[b])
               for (int64_t q = r.begin; q < r.end; ++q) h_next[b * P + q] = h_prev[b * P + q];
@@ -195,13 +194,9 @@ struct LstmBackwardJob {
     // dh_t = dG_{t+1} Rᵀ (rows where step t + 1 is valid) for the emitted columns of r
     const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
       const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
-      const int64_t live = live_rows(valid, B);
-      if (first) pack_gemm_rows(live, a.d_gates + t_next * B * G, G, rec_t, work);
-      gemm_packed(live, work, rec_t, r.first, r.last, dh_prev, P, work);
-      for (int64_t b = 0; b < live; ++b) {
-        if (valid && !valid[b]) continue;
-        for (int64_t q = r.begin; q < r.end; ++q) a.dh[b * P + q] = dh_prev[b * P + q];
-      }
+      const int64_t live = recurrent_gradient(a.d_gates + t_next * B * G, G, valid, B, rec_t, r,
+                                              first, dh_prev, P, work);
+      copy_valid_rows(a.dh, dh_prev, valid, live, P, r.begin, r.end);
     };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
@@ -212,10 +207,7 @@ struct LstmBackwardJob {
         const int64_t p0 = r.begin, p1 = r.end;
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * P;
-          if (a.dh_steps) {
-            const T* ds = a.dh_steps + (t * B + b) * P;
-            for (int64_t q = p0; q < p1; ++q) dh[q] += ds[q];
-          }
+          add_columns(dh, a.dh_steps ? a.dh_steps + (t * B + b) * P : nullptr, p0, p1);
           if (a.w_proj) {
             T* total = a.dh_total + (t * B + b) * P;
             const bool live_b = !valid || valid[b];
@@ -227,8 +219,7 @@ struct LstmBackwardJob {
         const PanelRange r = panel_range(unit_matrix, item, unit_items);
         const int64_t u0 = r.begin, u1 = r.end;
         if (a.w_proj) {
-          if (first) pack_gemm_rows(live, a.dh, P, proj_t, work);
-          gemm_packed(live, work, proj_t, r.first, r.last, dm, H, work);
+          packed_product(live, a.dh, P, proj_t, r, first, dm, H, work);
         }
         zero_rows(a.d_gates + t * B * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
         if (a.dc_steps)

@@ -87,13 +87,9 @@ struct RnnBackwardJob {
     });
     const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
       const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
-      const int64_t live = live_rows(valid, B);
-      if (first) pack_gemm_rows(live, a.d_pre + t_next * B * H, H, rec_t, work);
-      gemm_packed(live, work, rec_t, r.first, r.last, dh_prev, H, work);
-      for (int64_t b = 0; b < live; ++b) {
-        if (valid && !valid[b]) continue;
-        for (int64_t u = r.begin; u < r.end; ++u) a.dh[b * H + u] = dh_prev[b * H + u];
-      }
+      const int64_t live = recurrent_gradient(a.d_pre + t_next * B * H, H, valid, B, rec_t, r,
+                                              first, dh_prev, H, work);
+      copy_valid_rows(a.dh, dh_prev, valid, live, H, r.begin, r.end);
     };
     for (int64_t t = T_ - 1; t >= 0; --t) {
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
@@ -104,10 +100,7 @@ struct RnnBackwardJob {
         zero_rows(a.d_pre + t * B * H, live, B, 1, H, u0, u1);  // ended sequences: dh kept
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * H;
-          if (a.dh_steps) {
-            const T* ds = a.dh_steps + (t * B + b) * H;
-            for (int64_t u = u0; u < u1; ++u) dh[u] += ds[u];
-          }
+          add_columns(dh, a.dh_steps ? a.dh_steps + (t * B + b) * H : nullptr, u0, u1);
           if (b >= live) continue;
           const T* h = a.h + ((t + 1) * B + b) * H;
           T* da = a.d_pre + (t * B + b) * H;

@@ -91,18 +91,23 @@ class LSTMTrace(NamedTuple):
     h: np.ndarray
 
 
-def ifco_weights(weights: LSTMWeights, options: LSTMOptions) -> LSTMWeights:
+def ifco_weights(weights: LSTMWeights, options: LSTMOptions, matrices: bool = True) -> LSTMWeights:
+    """The weights in i, f, c, o order with the forget bias folded into ``bias``;
+    ``matrices=False``: ``w_input`` and ``w_recurrent`` left in ``options.layout`` order (a
+    kernel that reads them in their own order: ``gate_blocks``)."""
     layout = options.layout
     if layout == "ifco" and options.forget_bias == 0.0:
         return weights  # cuDNN's order, nothing to fold
-    w_input = None if weights.w_input is None else to_ifco(weights.w_input, layout)
     bias = to_ifco(weights.bias, layout)
     if options.forget_bias != 0.0:
         H = bias.shape[-1] // 4
         bias = bias.copy()
         bias[H:2 * H] += bias.dtype.type(options.forget_bias)
-    w_recurrent = None if weights.w_recurrent is None else to_ifco(weights.w_recurrent, layout)
-    return weights._replace(w_input=w_input, w_recurrent=w_recurrent, bias=bias)
+    if not matrices:
+        return weights._replace(bias=bias)
+    w_input = None if weights.w_input is None else to_ifco(weights.w_input, layout)
+    return weights._replace(w_input=w_input, w_recurrent=to_ifco(weights.w_recurrent, layout),
+                            bias=bias)
 
 
 @functools.lru_cache(maxsize=64)

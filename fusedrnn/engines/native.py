@@ -223,10 +223,8 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     ``gates``/``co`` are None and whose ``c`` holds the final state only: the kernel keeps
     one step of them in its own buffers)."""
     native = settings.native_module()
-    # the kernel reads W and R in their own gate order (no reordered copy); the bias and the
-    # peepholes are reordered here
-    w = lstm.ifco_weights(weights._replace(w_input=None, w_recurrent=None), options)
-    w = w._replace(w_input=weights.w_input, w_recurrent=weights.w_recurrent)
+    # the kernel reads W and R in their own gate order (no reordered copy)
+    w = lstm.ifco_weights(weights, options, matrices=False)
     gate_blocks = lstm.gate_blocks(options.layout)
     T, B = x.shape[:2]
     H, Hout = c0.shape[-1], h0.shape[-1]
