@@ -22,6 +22,7 @@ namespace {
 
 constexpr int64_t kMaxBlockRows = 192;
 constexpr int64_t kBlockValues = 128 * 1024;  // packed A block ≤ 512 KiB of float: L2-resident
+constexpr int64_t kTeamChunkRows = 256;  // K chunk of B (all its panels) packed between barriers
 constexpr int64_t kAccurateRows = 64;
 constexpr int64_t kAccurateChunk = 1024;  // K chunk of the accurate mode (a multiple of the above)
 constexpr int64_t kMinRowsPerThread = 96;
@@ -171,7 +172,7 @@ struct GemmJob {
 template <class T>
 void gemm(const GemmArgs<T>& a, int threads) {
   GemmJob<T> job{a, {}, {nullptr, nullptr}, nullptr, false, false, nullptr};
-  job.chunk.rows = a.K < kKChunk ? (a.K > 0 ? a.K : 1) : kKChunk;
+  job.chunk.rows = a.K < kTeamChunkRows ? (a.K > 0 ? a.K : 1) : kTeamChunkRows;
   if (a.accurate && sizeof(T) == sizeof(float)) {
     // whole accurate blocks per chunk, so the block boundaries are at multiples of kAccurateRows;
     // longer chunks: each chunk sweeps the float64 sums once (memory traffic, not FLOPs)

@@ -1,9 +1,9 @@
 // The GEMM micro-kernels and the per-step recurrent GEMM: C[M, G·N] = A[M, K] · B, B packed
 // (pack.h: panels of NR = 2 vectors columns), A packed per call into row blocks (pack_rows).
 // Register-blocked micro-kernel: MR rows × NR columns of accumulators, one FMA per
-// (row, vector, k), k in increasing order from zero; K is cut into chunks of kKChunk so that a
-// panel's chunk stays in L1 while every row block uses it (between chunks the partial sums go
-// through C exactly: storing and reloading a value does not round it).  Each output element is
+// (row, vector, k), k in increasing order from zero; K is cut into chunks of k_chunk<T> so that
+// a row block's packed A stays in L1 while the panel streams from L2 (between chunks the partial
+// sums go through C exactly: storing and reloading a value does not round it).  Each output element is
 // therefore computed by the same sequence of operations whichever thread or panel range computes
 // it, and whatever the chunking: results are independent of the thread count.
 #pragma once
@@ -22,7 +22,14 @@ constexpr int kMaxRows = 6;  // 12 accumulators + 2 panel vectors + 1 broadcast 
 constexpr int kMaxRows = 4;
 #endif
 
-constexpr int64_t kKChunk = 256;
+// 4 KiB of each A row per K chunk (1024 floats, 512 doubles): a 6-row block of packed A (24 KiB)
+// stays in L1 and the panel streams from L2, which keeps up with the kernel (two vector loads
+// per 12 FMAs).  Shorter chunks reload the partial sums more often: chunks of 256 made the
+// float32 forward loops at K = 512-1024 4-11 % slower than 1024 (lstm-H512/H1024-B16/B64,
+// gru-H1024-B64, rnn_tanh-H1024-B16, 1 thread, docs/performance.md); 128: 7-11 % slower still;
+// unbounded chunks measured the same as 1024 up to K = 4096.
+template <class T>
+constexpr int64_t k_chunk = int64_t(4096 / sizeof(T));
 // Panel rows fetched ahead of use: the recurrent matrix (up to 16 MiB) streams from L3 each step.
 constexpr int64_t kPrefetchAhead = 16;
 
@@ -425,11 +432,11 @@ inline StridedMatrix<T> column_group(const StridedMatrix<T>& m, int64_t g, int64
   return StridedMatrix<T>{m.data + (blocks ? blocks[g] : g) * columns * m.cs, m.rs, m.cs};
 }
 
-// Workspace values gemm_panels needs for M rows and depth K: the packed A, and (K > kKChunk) a
+// Workspace values gemm_panels needs for M rows and depth K: the packed A, and (K > k_chunk) a
 // contiguous [M, 4·NR] tile holding the partial sums between K chunks.
 template <class T>
 constexpr size_t gemm_workspace_values(int64_t M, int64_t K) {
-  return size_t(M * K + (K > kKChunk ? M * 4 * PackedMatrix<T>::nr : 0));
+  return size_t(M * K + (K > k_chunk<T> ? M * 4 * PackedMatrix<T>::nr : 0));
 }
 
 // The first half of gemm_panels (below): A's M rows (row stride lda) packed into `work` for B's depth.
@@ -446,7 +453,7 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
   constexpr int nr = PackedMatrix<T>::nr;
   const int64_t panel_stride = B.panel_rows() * nr;
   if (first >= last) return;
-  const bool chunked = B.rows > kKChunk;
+  const bool chunked = B.rows > k_chunk<T>;
   T* tile = work + M * B.rows;
   // Panels outermost (a panel's K chunk is reused from L1 by every row block); several panels
   // per call only when the whole GEMM has 1 or 2 rows.
@@ -461,8 +468,8 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
       T* c_block = C + g * B.columns + j * nr;
       T* out = chunked ? tile : c_block;
       const int64_t ldo = chunked ? panels * nr : ldc;
-      for (int64_t k0 = 0; k0 < B.rows || k0 == 0; k0 += kKChunk) {
-        const int64_t k1 = B.rows - k0 < kKChunk ? B.rows : k0 + kKChunk;
+      for (int64_t k0 = 0; k0 < B.rows || k0 == 0; k0 += k_chunk<T>) {
+        const int64_t k1 = B.rows - k0 < k_chunk<T> ? B.rows : k0 + k_chunk<T>;
         for (int64_t m = 0; m < M; m += kMaxRows) {
           const int rows = int(M - m < kMaxRows ? M - m : kMaxRows);
           micro_rows<T>(rows, panels, k0, k1, a_pack + m * B.rows, panel, panel_stride,

@@ -182,6 +182,28 @@ def test_cudnn_native_matches_numpy(case, dtype):
     assert_close(results["numpy"], results["native"], dtype, str(case))
 
 
+# Depths past one K chunk of the step GEMMs (gemm_kernels.h k_chunk: 1024 floats, 512
+# doubles): the input projection (I = 1100) and, in float64, the recurrent product (H = 530)
+DEEP = [Case(mode=mode, batch=7, max_time=3, num_units=20, input_size=1100, lengths=(3, 1, 2, 3, 3, 2, 1))
+        for mode in ("lstm", "gru", "rnn_tanh")] + \
+       [Case(mode="gru", batch=2, max_time=3, num_units=530, input_size=4),
+        Case(mode="lstm", batch=2, max_time=2, num_units=530, num_proj=520, input_size=4)]
+
+
+@pytest.mark.parametrize("case", DEEP, ids=str)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_products_deeper_than_one_chunk_match_numpy(case, dtype, threads):
+    """Partial sums carried between K chunks: the same results as NumPy's float64 (float32 to
+    1e-4 of the largest value, the sums having > 1000 terms) and the same bits on 1 and 3 threads."""
+    threads(1)
+    truth = cudnn_both(case, np.float64)["numpy"]
+    assert_close(truth, cudnn_both(case, dtype)["native"], dtype, str(case),
+                 tol=None if dtype == np.float64 else 1e-4)
+    one = _native_run(case, dtype)
+    threads(3)
+    assert _native_run(case, dtype) == one
+
+
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_inference_gives_the_training_forward_bits(mode, n_threads, threads):
