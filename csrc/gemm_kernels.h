@@ -410,17 +410,18 @@ void unpacked_product(int64_t M, const T* a, int64_t lda, int64_t K, const Strid
 
 // Whether a forward loop's one-row products read `m` (depth K) unpacked: a batch of one, and
 // m's columns contiguous with K ≥ 256 (dot_columns; below, the lane sums cost more than the
-// packing saves: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 % faster;
-// docs/performance.md), or — `once`: the product is used for a single row of a single step
-// (T · B = 1, e.g. LSTMBlockCell at B = 1), where packing is a whole extra pass over m — its rows
-// contiguous (axpy_rows: the packed kernel's bits).  Not the backward's Rᵀ: read in place
+// packing saves over a sequence: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 %
+// faster; docs/performance.md), or — `once`: the product is used for a single row of a single
+// step (T · B = 1: LSTMBlockCell at B = 1, a CudnnRNN generation step), where packing is a whole
+// extra pass over m — its columns contiguous at any depth (a CudnnRNN step at H = 128: 92 -> 61
+// µs, H = 200: 165 -> 92 µs) or its rows (axpy_rows: the packed kernel's bits).  Not the backward's Rᵀ: read in place
 // every step, its rows 4·P bytes apart cost a TLB miss each (H = 128–1024 training ran 5–30 %
 // slower), and packing them is a plain copy.
 constexpr int64_t kUnpackedMinDepth = 256;
 template <class T>
 inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth, bool once) {
   if (batch != 1 || !m.data || !unpacked_steps.load(std::memory_order_relaxed)) return false;
-  if (m.rs == 1) return depth >= kUnpackedMinDepth;
+  if (m.rs == 1) return once || depth >= kUnpackedMinDepth;
   return once && m.cs == 1;
 }
 

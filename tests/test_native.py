@@ -510,19 +510,22 @@ def test_single_step_reads_row_major_weights_in_place(use_peephole, dtype, n, I)
     assert_close(tuple(reference), tuple(got[0]), dtype, "LSTMBlockCell")
 
 
-def test_single_step_cudnn_reads_both_matrices_in_place():
-    """CudnnRNN with T = 1, B = 1 and I ≥ 256: x W is read by columns in place (dot_columns; R,
-    of depth 100, stays packed), so the results differ from the packed path's in the last bits."""
-    for mode in ("lstm", "gru", "rnn_tanh"):
-        case = Case(mode=mode, batch=1, max_time=1, num_units=100, input_size=300)
-        prob = make_problem(case, 3, np.float32)
-        with settings.backend("native"):
-            got = forward_v3(prob)
-            with packed_steps():
-                want = forward_v3(prob)
-        assert not np.array_equal(got.output, want.output), mode
-        assert_close((want.output, want.output_h, want.output_c),
-                     (got.output, got.output_h, got.output_c), np.float32, mode)
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("H, I", [(100, 300), (100, 40), (300, 100)])
+def test_single_step_cudnn_reads_both_matrices_in_place(mode, H, I):
+    """CudnnRNN with T = 1, B = 1: x W and h R are read by columns in place at any depth
+    (dot_columns), so the results differ from the packed path's in the last bits; both agree
+    with NumPy's float64."""
+    case = Case(mode=mode, batch=1, max_time=1, num_units=H, input_size=I)
+    prob = make_problem(case, 3, np.float32)
+    with settings.backend("native"):
+        got = forward_v3(prob)
+        with packed_steps():
+            want = forward_v3(prob)
+    assert not np.array_equal(got.output, want.output), mode
+    truth = cudnn_both(case, np.float64, seed=3)["numpy"][:3]
+    for result in (got, want):
+        assert_close(truth, (result.output, result.output_h, result.output_c), np.float32, mode)
 
 
 # several chunks of the in-loop input projection (⌈128 / B⌉ steps each), ended sequences
