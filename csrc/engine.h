@@ -53,6 +53,10 @@ struct LstmForwardArgs {
   T* h;               // [T+1, B, P] h[0] given, h[1:] out
   const int64_t* gate_blocks;  // [4] or null: the column block of w_in and w_rec that holds gate
                                // i, f, c, o (BlockLSTM's ICFO layout read as it is: 0, 2, 1, 3)
+  // Rows between the steps of x, x_gates, h, c, gates and co (0: `batch`): more when the loop
+  // runs on rows [b0, b0 + batch) of a larger batch (lstm_forward's batch slices: the pointers
+  // then start at row b0; no mask).
+  int64_t step_rows;
 };
 
 template <class T>
@@ -241,6 +245,9 @@ extern std::atomic<bool> unpacked_steps;
 // had not joined within the join window, or a small job ran alone beside cold workers):
 // diagnostics.
 extern std::atomic<int64_t> full_teams, short_teams;
+
+// Diagnostics: LSTM forward loops that ran in batch slices (lstm.cc runs_in_slices).
+extern std::atomic<int64_t> sliced_loops;
 
 // 64-byte aligned workspace (never null; throws std::bad_alloc); large blocks are recycled
 // across calls (workspace.cc).

@@ -538,9 +538,10 @@ constexpr int64_t kProjectionRows = 128;
 // other, so that step t's rows b < live_rows(t) are at the returned pointer + b · G·H.
 template <class T>
 struct ChunkedProjection {
-  const T* x = nullptr;  // [T, B, I]
+  const T* x = nullptr;  // [T, B, I], step t's rows x_rows · I values after step t - 1's
   const uint8_t* valid = nullptr;  // [T, B] or null
   int64_t inputs = 0, batch = 0, chunk_steps = 1;
+  int64_t x_rows = 0;    // B, or more: the loop runs on a slice of a larger batch
   PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns (data null: `unpacked`)
   StridedMatrix<T> unpacked;  // W read where it lies (reads_unpacked; data null: w is packed)
   const int64_t* blocks = nullptr;  // the column block of W holding group g (null: block g)
@@ -560,19 +561,22 @@ struct ChunkedProjection {
     return rows;
   }
 
+  // Whether the chunk's rows are gathered into `compact` first (not one run of x).
+  bool gathers() const { return valid || x_rows != batch; }
+
   // Computes panels [first, last) of the chunk that starts at step t0.  `pack`: first pack the
   // chunk's rows of x into `work` (else this thread packed them for an earlier panel range of the
   // same chunk).  `work`: ProjectionBuffers::work values of this thread.
   void compute(int64_t t0, int64_t steps, int64_t first, int64_t last, T* work, bool pack) const {
     const int64_t n = steps - t0 < chunk_steps ? steps - t0 : chunk_steps, width = w.groups * w.columns;
     const int64_t rows = projected_rows(t0, n);
-    T* compact = work + gemm_workspace_values<T>(chunk_steps * batch, inputs);  // with `valid`
+    T* compact = work + gemm_workspace_values<T>(chunk_steps * batch, inputs);  // gathers()
     if (pack) {
       const T* rows_x = x + t0 * batch * inputs;
-      if (valid) {  // the live rows of each step, one after the other
+      if (gathers()) {  // the live rows of each step, one after the other
         for (int64_t s = t0, r = 0; s < t0 + n; ++s) {
-          const int64_t live = live_rows(valid + s * batch, batch);
-          std::memcpy(compact + r * inputs, x + s * batch * inputs, size_t(live * inputs) * sizeof(T));
+          const int64_t live = valid ? live_rows(valid + s * batch, batch) : batch;
+          std::memcpy(compact + r * inputs, x + s * x_rows * inputs, size_t(live * inputs) * sizeof(T));
           r += live;
         }
         rows_x = compact;
@@ -581,7 +585,7 @@ struct ChunkedProjection {
     }
     const int64_t u0 = first * w.nr, u1 = last * w.nr < w.columns ? last * w.nr : w.columns;
     if (unpacked.data) {
-      const T* rows_x = valid ? compact : x + t0 * batch * inputs;
+      const T* rows_x = gathers() ? compact : x + t0 * batch * inputs;
       for (int64_t g = 0; g < w.groups; ++g)
         unpacked_product(rows, rows_x, inputs, inputs, column_group(unpacked, g, w.columns, blocks), u0,
                          u1, static_cast<const T*>(nullptr), buffer + g * w.columns, width);
@@ -619,7 +623,7 @@ struct ProjectionBuffers {
 
   ProjectionBuffers(ChunkedProjection<T>& p, const PackedMatrix<T>& rec, const T* x,
                     int64_t inputs, int64_t steps, int64_t batch, const T* bias, const T* scale,
-                    const uint8_t* valid, StridedMatrix<T> unpacked = {})
+                    const uint8_t* valid, StridedMatrix<T> unpacked = {}, int64_t x_rows = 0)
       : packed_w(x && !unpacked.data ? with_rows(rec, inputs).values() : 0),
         chunk(x ? size_t(ChunkedProjection<T>::steps_per_chunk(steps, batch) * batch * rec.groups *
                          rec.columns)
@@ -628,10 +632,11 @@ struct ProjectionBuffers {
     p.w.data = packed_w.data;
     p.unpacked = x ? unpacked : StridedMatrix<T>{};
     p.x = x; p.valid = valid; p.inputs = inputs; p.batch = batch; p.bias = bias; p.scale = scale;
+    p.x_rows = x_rows ? x_rows : batch;
     p.chunk_steps = ChunkedProjection<T>::steps_per_chunk(steps, batch);
     p.buffer = chunk.data;
     const int64_t rows = p.chunk_steps * batch;
-    if (x) work = gemm_workspace_values<T>(rows, inputs) + (valid ? size_t(rows * inputs) : 0);
+    if (x) work = gemm_workspace_values<T>(rows, inputs) + (p.gathers() ? size_t(rows * inputs) : 0);
   }
 
  private:

@@ -216,9 +216,15 @@ void Team::worker_loop(uint64_t seen) {
 }
 
 void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
-  std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
   Alone alone;
-  if (threads <= 1 || !busy.owns_lock()) {
+  // One thread: no lock (a thread of a running job may run a one-thread job: lstm_forward's
+  // batch slices; try_lock of the mutex it holds would be undefined)
+  if (threads <= 1) {
+    job(context, 0, 1, &alone);
+    return;
+  }
+  std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+  if (!busy.owns_lock()) {
     job(context, 0, 1, &alone);
     return;
   }
@@ -257,9 +263,13 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
 }
 
 void Team::run_open(int threads, JobFunction job, void* context) {
+  if (threads <= 1) {  // no lock, as in run
+    job(context, 0, 1, nullptr);
+    return;
+  }
   std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-  if (threads <= 1 || !busy.owns_lock()) {
-    job(context, 0, threads > 1 ? threads : 1, nullptr);
+  if (!busy.owns_lock()) {
+    job(context, 0, threads, nullptr);
     return;
   }
   ensure_workers(threads - 1);
@@ -348,5 +358,6 @@ void run_team(int threads, JobFunction job, void* context, int64_t flops) {
 void wake_team() { Team::instance().wake(); }
 
 std::atomic<int64_t> full_teams{0}, short_teams{0};
+std::atomic<int64_t> sliced_loops{0};
 
 }  // namespace fusedrnn

@@ -528,10 +528,83 @@ def test_single_step_cudnn_reads_both_matrices_in_place(mode, H, I):
         assert_close(truth, (result.output, result.output_h, result.output_c), np.float32, mode)
 
 
+# Batch slices (csrc/lstm.cc runs_in_slices): an LSTM forward loop of H ≤ 256 units with at
+# least 16 rows per thread and no ended sequences runs one slice of the batch per thread
+SLICED = [Case(mode="lstm", batch=48, max_time=6, num_units=40, input_size=9),
+          Case(mode="lstm", batch=50, max_time=5, num_units=256, num_proj=70, input_size=300),
+          Case(mode="lstm", num_layers=2, batch=49, max_time=4, num_units=30, input_size=30,
+               input_mode="skip_input")]
+
+
+def _inference_digest(case, dtype, time_major=True):
+    prob = make_problem(case, 3, dtype)
+    with settings.backend("native"):
+        fwd = forward_v3(prob, time_major, is_training=False)
+    return digest((fwd.output, fwd.output_h, fwd.output_c))
+
+
+@pytest.mark.parametrize("case", SLICED, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_slices_give_one_threads_bits(case, dtype, threads):
+    """Inference and training (the forward's trace in reserve_space, the backward from it) in
+    batch slices on 2 and 3 threads: one thread's bits, in both layouts; NumPy's float64 agrees."""
+    native = settings.native_module()
+    threads(1)
+    one = _native_run(case, dtype), _inference_digest(case, dtype), _inference_digest(case, dtype, False)
+    for n in (2, 3):
+        threads(n)
+        before = native.sliced_loops()
+        assert (_native_run(case, dtype), _inference_digest(case, dtype),
+                _inference_digest(case, dtype, False)) == one, f"{n} threads"
+        assert native.sliced_loops() > before, f"{n} threads: no loop ran in slices"
+    threads(2)
+    truth = cudnn_both(case, np.float64)["numpy"]
+    assert_close(truth, cudnn_both(case, dtype)["native"], dtype, str(case),
+                 tol=None if dtype == np.float64 else 1e-4)
+
+
+def test_batch_slices_not_taken_where_they_do_not_apply(threads):
+    """Ended sequences (a mask), 8 rows a thread, or H > 256: the units are shared instead."""
+    native = settings.native_module()
+    threads(2)
+    for case in (Case(mode="lstm", batch=40, max_time=5, num_units=20, input_size=3,
+                      lengths=tuple(5 - k % 3 for k in range(40))),
+                 Case(mode="lstm", batch=16, max_time=3, num_units=20, input_size=3),
+                 Case(mode="lstm", batch=40, max_time=2, num_units=257, input_size=3)):
+        before = native.sliced_loops()
+        _inference_digest(case, np.float32)
+        assert native.sliced_loops() == before, case
+
+
+@pytest.mark.parametrize("use_peephole", [False, True])
+def test_block_lstm_in_batch_slices_gives_one_threads_bits(use_peephole, threads):
+    """BlockLSTMV2 (ICFO weights read in place, peepholes, cell clip) and its gradient in batch
+    slices: one thread's bits."""
+    a = {k: v.astype(np.float32) for k, v in _block_inputs(7, 40, 5, 24, seed=2).items()}
+    attrs = dict(cell_clip=0.4, use_peephole=use_peephole)
+    rng = np.random.default_rng(1)
+    h_grad = rng.standard_normal((7, 40, 24)).astype(np.float32)
+
+    def run():
+        with settings.backend("native"):
+            fwd = bo.block_lstm_v2(np.int64(7), *a.values(), **attrs)
+            grads = bo.block_lstm_grad_v2(np.int64(7), *a.values(), *fwd, np.zeros_like(h_grad), h_grad,
+                                          use_peephole=use_peephole)
+        return digest(tuple(fwd) + tuple(grads))
+
+    threads(1)
+    one = run()
+    threads(2)
+    before = settings.native_module().sliced_loops()
+    assert run() == one
+    assert settings.native_module().sliced_loops() > before
+
+
 # several chunks of the in-loop input projection (⌈128 / B⌉ steps each), ended sequences
 LATE = BIG + [Case(mode="lstm", batch=40, max_time=9, num_units=70, num_proj=24, input_size=8,
                    lengths=tuple(9 - k % 9 for k in range(40))),
-              Case(mode="gru", batch=33, max_time=10, num_units=100, input_size=8)]
+              Case(mode="gru", batch=33, max_time=10, num_units=100, input_size=8),
+              Case(mode="lstm", batch=40, max_time=9, num_units=30, input_size=8)]  # batch slices
 
 
 @pytest.mark.parametrize("delay", [2e-4, 2e-3])
