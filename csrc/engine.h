@@ -90,6 +90,7 @@ struct GruForwardArgs {
   T* q_h;             // [T, B, H]  out: h_{t-1} R_h + bR_h
   T* h;               // [T+1, B, H]
   bool keep_trace;    // false (inference): gates and q_h hold one step, overwritten each step
+  int64_t step_rows;  // rows between steps, 0: `batch` (a batch slice's: LstmForwardArgs)
 };
 
 template <class T>

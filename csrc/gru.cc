@@ -1,6 +1,7 @@
 // GRU (cuDNN "linear before reset") time loop, forward and backward, over one pseudo-layer
 // (math: fusedrnn/engines/gru.py; the pointwise operations are the NumPy engine's, in its
-// order).  An item of a phase (cells.h PhaseWalk) is a range of units of all three gate groups.
+// order).  An item of a phase (cells.h PhaseWalk) is a range of units of all three gate groups;
+// a forward loop may run in batch slices instead (cells.h run_in_slices).
 #include "cells.h"
 #include "activations.h"
 
@@ -18,6 +19,7 @@ struct GruForwardJob {
   const PerThread<T>* a_packs;  // each thread's packed GEMM left-hand side
   ChunkedProjection<T> input;   // x W + bW (when x_gates is not given)
   PhaseQueue* queue;            // the work of the threads that take part
+  int64_t S;                    // rows between two steps of x, x_gates, h and the trace
 
   // Phases: packing (R, W), then per step: the input projection of a chunk of steps (when it
   // starts one and x W is computed here), the GEMM slices and gate math.  An item is a range of
@@ -34,25 +36,25 @@ struct GruForwardJob {
         pack_panels(a.w_in.data, a.w_in.rs, a.w_in.cs, input.w, r.first, r.last);
     });
     for (int64_t t = 0; t < T_; ++t) {
-      const T* h_prev_t = a.h + t * B * H;
-      T* h_next_t = a.h + (t + 1) * B * H;
+      const T* h_prev_t = a.h + t * S * H;
+      T* h_next_t = a.h + (t + 1) * S * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
       projection_phase(walk, input, t, T_, items, work);
-      const T* xg_t = a.x_gates ? a.x_gates + t * B * G : input.at(t);
+      const T* xg_t = a.x_gates ? a.x_gates + t * S * G : input.at(t);
       panel_phase(walk, rec, items, [&](const PanelRange& r, bool first) {
         const int64_t u0 = r.begin, u1 = r.end, n = u1 - u0;
         step_product(live, h_prev_t, H, rec, unpacked, static_cast<const T*>(nullptr), r, first, q,
                      G, work);
         carry_rows(h_next_t, h_prev_t, live, B, H, u0, u1);  // ended sequences: state kept, trace rows zero
         const int64_t trace_t = a.keep_trace ? t : 0;
-        zero_rows(a.gates + trace_t * B * G, live, B, 3, H, u0, u1);
-        zero_rows(a.q_h + trace_t * B * H, live, B, 1, H, u0, u1);
+        zero_rows(a.gates + trace_t * S * G, live, B, 3, H, u0, u1);
+        zero_rows(a.q_h + trace_t * S * H, live, B, 1, H, u0, u1);
         for (int64_t b = 0; b < live; ++b) {
           T* qb = q + b * G;
           const T* xg = xg_t + b * G;
-          T* g = a.gates + (trace_t * B + b) * G;
-          T* qh = a.q_h + (trace_t * B + b) * H;
+          T* g = a.gates + (trace_t * S + b) * G;
+          T* qh = a.q_h + (trace_t * S + b) * H;
           const T* hp = h_prev_t + b * H;
           T* hn = h_next_t + b * H;
           for (int k = 0; k < 3; ++k)
@@ -163,7 +165,22 @@ struct GruBackwardJob {
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr};
+  if (runs_in_slices(threads, a.batch, a.units, a.valid)) {
+    run_in_slices(a, threads, gru_forward<T>, [](const GruForwardArgs<T>& a, int64_t b0, int64_t b1) {
+      GruForwardArgs<T> slice = a;
+      const int64_t H = a.units;
+      slice.batch = b1 - b0;
+      slice.step_rows = a.step_rows ? a.step_rows : a.batch;
+      slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
+      slice.x_gates = a.x_gates ? a.x_gates + b0 * 3 * H : nullptr;
+      slice.h = a.h + b0 * H;
+      slice.gates = a.gates + b0 * 3 * H;
+      slice.q_h = a.q_h + b0 * H;
+      return slice;
+    });
+    return;
+  }
+  GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr, a.step_rows ? a.step_rows : a.batch};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
   const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.units, a.w_in, a.inputs,
                                     !a.x_gates);
@@ -172,7 +189,8 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   job.rec.data = rec.data;
   job.q = q.data;
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
-                                  a.steps, a.batch, a.bias_in, nullptr, a.valid, unpacked.in);
+                                  a.steps, a.batch, a.bias_in, nullptr, a.valid, unpacked.in,
+                                  job.S);
   const int team = team_size(threads, job.rec.panels());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;

@@ -7,7 +7,8 @@
 // or, with a projection, of emitted columns; with a full team each thread keeps its own share of
 // them for the whole sequence.  Per step: forward = GEMM slices + gate math (+ a projection
 // phase); backward = dh_t slices = dG_{t+1} Rᵀ with the gate gradients (with a projection: the
-// dh slices, then dm = dh W_Pᵀ slices with the gate gradients).
+// dh slices, then dm = dh W_Pᵀ slices with the gate gradients).  A forward loop of few units
+// and many rows runs in batch slices instead (cells.h run_in_slices).
 #include "cells.h"
 #include "activations.h"
 
@@ -279,61 +280,25 @@ struct LstmBackwardJob {
   }
 };
 
-// Batch slices: a forward loop without a mask, of at most kSliceMaxUnits units and at least
-// kSliceRows rows per thread, runs as `threads` slices of the batch, each slice's whole
-// time loop on one thread (its own packed weights: a copy per slice, each packed once): no
-// per-step meeting, and no state crossing between cores.  Each row's results are those of the
-// whole batch's loop (every product and gate value of a row is computed the same way whatever
-// the rows computed with it).  2 threads, back to back: lstm H = 128, B = 64 7.6 -> 6.4 ms,
-// H = 192, B = 32 5.7 -> 4.8 ms, H = 256, B = 64 16.7 -> 15.7 ms; after a quiet spell (a worker
-// waking up) 15.4 -> 9.0 ms, 14.2 -> 10.3, 28.3 -> 24.7; H = 256 and 512 at B = 16 (8 rows a
-// thread): 3-11 % slower, H = 512 at B = 64 even (docs/performance.md).
-constexpr int64_t kSliceRows = 16;
-constexpr int64_t kSliceMaxUnits = 256;
-
-template <class T>
-bool runs_in_slices(const LstmForwardArgs<T>& a, int threads) {
-  return threads > 1 && !a.valid && a.units <= kSliceMaxUnits && a.batch >= kSliceRows * threads;
-}
-
-// The slices of an open job: each participant takes the next slice left until none is.
-template <class T>
-struct LstmSlicesJob {
-  const LstmForwardArgs<T>& a;
-  int64_t slices;
-  std::atomic<int64_t> next{0};
-
-  void run() {
-    const int64_t S = a.step_rows ? a.step_rows : a.batch, G = 4 * a.units;
-    for (int64_t s = next.fetch_add(1); s < slices; s = next.fetch_add(1)) {
-      int64_t b0, b1;
-      split_blocks(a.batch, int(s), int(slices), &b0, &b1);
-      LstmForwardArgs<T> slice = a;
-      slice.batch = b1 - b0;
-      slice.step_rows = S;
-      slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
-      slice.x_gates = a.x_gates ? a.x_gates + b0 * G : nullptr;
-      slice.h = a.h + b0 * a.out_units;
-      slice.c = a.c + b0 * a.units;
-      if (a.keep_trace) {
-        slice.gates = a.gates + b0 * G;
-        slice.co = a.co + b0 * a.units;
-      }
-      lstm_forward(slice, 1);
-    }
-  }
-};
-
 }  // namespace
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  if (runs_in_slices(a, threads)) {
-    sliced_loops.fetch_add(1, std::memory_order_relaxed);
-    LstmSlicesJob<T> slices{a, threads};
-    run_team_open(threads, [](void* context, int, int, Sync*) {
-      static_cast<LstmSlicesJob<T>*>(context)->run();
-    }, &slices);
+  if (runs_in_slices(threads, a.batch, a.units, a.valid)) {
+    run_in_slices(a, threads, lstm_forward<T>, [](const LstmForwardArgs<T>& a, int64_t b0, int64_t b1) {
+      LstmForwardArgs<T> slice = a;
+      slice.batch = b1 - b0;
+      slice.step_rows = a.step_rows ? a.step_rows : a.batch;
+      slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
+      slice.x_gates = a.x_gates ? a.x_gates + b0 * 4 * a.units : nullptr;
+      slice.h = a.h + b0 * a.out_units;
+      slice.c = a.c + b0 * a.units;
+      if (a.keep_trace) {
+        slice.gates = a.gates + b0 * 4 * a.units;
+        slice.co = a.co + b0 * a.units;
+      }
+      return slice;
+    });
     return;
   }
   LstmForwardJob<T> job{a, {}, {}, {}, nullptr, nullptr, {}, nullptr,

@@ -528,11 +528,14 @@ def test_single_step_cudnn_reads_both_matrices_in_place(mode, H, I):
         assert_close(truth, (result.output, result.output_h, result.output_c), np.float32, mode)
 
 
-# Batch slices (csrc/lstm.cc runs_in_slices): an LSTM forward loop of H ≤ 256 units with at
-# least 16 rows per thread and no ended sequences runs one slice of the batch per thread
+# Batch slices (csrc/cells.h runs_in_slices): an LSTM or GRU forward loop of H ≤ 256 units with
+# at least 16 rows per thread and no ended sequences runs one slice of the batch per thread
 SLICED = [Case(mode="lstm", batch=48, max_time=6, num_units=40, input_size=9),
           Case(mode="lstm", batch=50, max_time=5, num_units=256, num_proj=70, input_size=300),
           Case(mode="lstm", num_layers=2, batch=49, max_time=4, num_units=30, input_size=30,
+               input_mode="skip_input"),
+          Case(mode="gru", batch=48, max_time=5, num_units=64, input_size=20),
+          Case(mode="gru", num_layers=2, batch=50, max_time=4, num_units=30, input_size=30,
                input_mode="skip_input")]
 
 
@@ -564,13 +567,16 @@ def test_batch_slices_give_one_threads_bits(case, dtype, threads):
 
 
 def test_batch_slices_not_taken_where_they_do_not_apply(threads):
-    """Ended sequences (a mask), 8 rows a thread, or H > 256: the units are shared instead."""
+    """Ended sequences (a mask), fewer than 16 rows a thread, H > 256, or a tanh RNN: the units
+    are shared instead."""
     native = settings.native_module()
     threads(2)
     for case in (Case(mode="lstm", batch=40, max_time=5, num_units=20, input_size=3,
                       lengths=tuple(5 - k % 3 for k in range(40))),
                  Case(mode="lstm", batch=16, max_time=3, num_units=20, input_size=3),
-                 Case(mode="lstm", batch=40, max_time=2, num_units=257, input_size=3)):
+                 Case(mode="lstm", batch=40, max_time=2, num_units=257, input_size=3),
+                 Case(mode="gru", batch=31, max_time=3, num_units=20, input_size=3),
+                 Case(mode="rnn_tanh", batch=40, max_time=3, num_units=20, input_size=3)):
         before = native.sliced_loops()
         _inference_digest(case, np.float32)
         assert native.sliced_loops() == before, case

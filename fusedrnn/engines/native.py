@@ -31,8 +31,9 @@ from .common import Linalg, input_projection
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
-# csrc/lstm.cc runs_in_slices: an LSTM forward loop of at most this many units and at least
-# SLICE_ROWS rows per thread runs as one slice of the batch per thread, each with its own workspace
+# csrc/cells.h runs_in_slices: an LSTM or GRU forward loop of at most this many units and at
+# least SLICE_ROWS rows per thread runs as one slice of the batch per thread, each with its own
+# workspace
 SLICE_MAX_UNITS, SLICE_ROWS = 256, 16
 
 
@@ -47,12 +48,11 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     ``⌈128/B⌉·B`` rows of ``x W``, each thread's packed chunk of ``x`` and its copy of the
     chunk's live rows) and the backward's
     weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and two packed 1024-row chunks);
-    the largest of the phases counts; an LSTM forward in batch slices (``SLICE_ROWS``), each
-    slice's.  Everything else a call uses is a NumPy array the callers' estimates already count
+    the largest of the phases counts; a forward in batch slices (``SLICE_ROWS``), each slice's.  Everything else a call uses is a NumPy array the callers' estimates already count
     (the trace, the gate gradients)."""
     threads = threads or settings.get_num_threads()
     total = _team_workspace_nbytes(mode, B, H, Hout, itemsize, inputs, threads)
-    if mode == "lstm" and threads > 1 and H <= SLICE_MAX_UNITS and B >= SLICE_ROWS * threads:
+    if mode in ("lstm", "gru") and threads > 1 and H <= SLICE_MAX_UNITS and B >= SLICE_ROWS * threads:
         one_slice = _team_workspace_nbytes(mode, -(-B // threads), H, Hout, itemsize, inputs, 1)
         total = max(total, threads * one_slice)
     return total
