@@ -1,6 +1,9 @@
 // Declarations of one ISA's cell kernels (lstm.cc, gru.cc, rnn.cc), collected by isa_table.cc.
 #pragma once
 
+#include <exception>
+#include <mutex>
+
 #include "engine.h"
 #include "gemm_kernels.h"
 
@@ -209,26 +212,38 @@ inline bool runs_in_slices(int threads, int64_t batch, int64_t units, const uint
 // Runs forward(slice(a, b0, b1), 1) for `slices` slices [b0, b1) of a's batch on the team (an
 // open job whose items are the slices: each participant takes the next one left, so a late
 // worker takes none and the caller runs them all).  `slice` gives the args of rows [b0, b1)
-// with the caller's step stride (step_rows).
+// with the caller's step stride (step_rows).  A slice allocates its own workspace, on whichever
+// thread runs it: the first exception (std::bad_alloc) stops the slices not yet begun and is
+// rethrown to the caller.
 template <class Args, class Forward, class Slice>
 void run_in_slices(const Args& a, int slices, Forward forward, Slice slice) {
   sliced_loops.fetch_add(1, std::memory_order_relaxed);
   struct Job {
+    Job(const Args& args, Forward& f, Slice& s, int64_t n) : a(args), forward(f), slice(s), slices(n) {}
     const Args& a;
     Forward& forward;
     Slice& slice;
     int64_t slices;
     std::atomic<int64_t> next{0};
+    std::mutex failure;
+    std::exception_ptr error;
     void run() {
       for (int64_t s = next.fetch_add(1); s < slices; s = next.fetch_add(1)) {
         int64_t b0, b1;
         split_blocks(a.batch, int(s), int(slices), &b0, &b1);
-        forward(slice(a, b0, b1), 1);
+        try {
+          forward(slice(a, b0, b1), 1);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failure);
+          if (!error) error = std::current_exception();
+          next.store(slices);
+        }
       }
     }
-  } job{a, forward, slice, slices};
+  } job(a, forward, slice, slices);
   run_team_open(slices, [](void* context, int, int, Sync*) { static_cast<Job*>(context)->run(); },
                 &job);
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 // Runs `Job::run(participant, participants)` of an open job (run_team_open) on the team, its
