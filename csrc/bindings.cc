@@ -293,7 +293,7 @@ PYBIND11_MODULE(_native, m) {
     return py::make_tuple(full_teams.load(), short_teams.load());
   }, "(jobs that ran with every thread asked for, jobs that ran with fewer): diagnostics.");
   m.def("sliced_loops", [] { return sliced_loops.load(); },
-        "LSTM forward loops that ran in batch slices, one per thread: diagnostics.");
+        "LSTM and GRU forward loops that ran in batch slices, one per thread: diagnostics.");
   m.def("set_join_delay", [](double seconds) { set_join_delay_ns(int64_t(seconds * 1e9)); },
         py::arg("seconds"),
         "Test hook: workers wait this long before they join a time loop (late workers); 0: off.");

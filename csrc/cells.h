@@ -209,10 +209,30 @@ inline bool runs_in_slices(int threads, int64_t batch, int64_t units, const uint
   return threads > 1 && !valid && units <= kSliceMaxUnits && batch >= kSliceRows * threads;
 }
 
+// Rows between two steps of a forward loop's arrays (Args::step_rows; 0 means the batch).
+template <class Args>
+inline int64_t step_rows(const Args& a) {
+  return a.step_rows ? a.step_rows : a.batch;
+}
+
+// The args of rows [b0, b1) of a's batch: x, x_gates (`gate_columns` wide) and h
+// (`state_columns` wide) from row b0 on, with a's step stride; the cell's other arrays are the
+// caller's to offset.
+template <class Args>
+Args slice_rows(const Args& a, int64_t b0, int64_t b1, int64_t gate_columns, int64_t state_columns) {
+  Args slice = a;
+  slice.batch = b1 - b0;
+  slice.step_rows = step_rows(a);
+  slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
+  slice.x_gates = a.x_gates ? a.x_gates + b0 * gate_columns : nullptr;
+  slice.h = a.h + b0 * state_columns;
+  return slice;
+}
+
 // Runs forward(slice(a, b0, b1), 1) for `slices` slices [b0, b1) of a's batch on the team (an
 // open job whose items are the slices: each participant takes the next one left, so a late
 // worker takes none and the caller runs them all).  `slice` gives the args of rows [b0, b1)
-// with the caller's step stride (step_rows).  A slice allocates its own workspace, on whichever
+// (slice_rows and the cell's own arrays).  A slice allocates its own workspace, on whichever
 // thread runs it: the first exception (std::bad_alloc) stops the slices not yet begun and is
 // rethrown to the caller.
 template <class Args, class Forward, class Slice>

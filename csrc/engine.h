@@ -90,7 +90,7 @@ struct GruForwardArgs {
   T* q_h;             // [T, B, H]  out: h_{t-1} R_h + bR_h
   T* h;               // [T+1, B, H]
   bool keep_trace;    // false (inference): gates and q_h hold one step, overwritten each step
-  int64_t step_rows;  // rows between steps, 0: `batch` (a batch slice's: LstmForwardArgs)
+  int64_t step_rows;  // rows between steps, 0: `batch` (more in a batch slice: LstmForwardArgs)
 };
 
 template <class T>
@@ -247,7 +247,7 @@ extern std::atomic<bool> unpacked_steps;
 // diagnostics.
 extern std::atomic<int64_t> full_teams, short_teams;
 
-// Diagnostics: LSTM forward loops that ran in batch slices (lstm.cc runs_in_slices).
+// Diagnostics: LSTM and GRU forward loops that ran in batch slices (cells.h runs_in_slices).
 extern std::atomic<int64_t> sliced_loops;
 
 // 64-byte aligned workspace (never null; throws std::bad_alloc); large blocks are recycled

@@ -3,9 +3,9 @@
 // Register-blocked micro-kernel: MR rows × NR columns of accumulators, one FMA per
 // (row, vector, k), k in increasing order from zero; K is cut into chunks of k_chunk<T> so that
 // a row block's packed A stays in L1 while the panel streams from L2 (between chunks the partial
-// sums go through C exactly: storing and reloading a value does not round it).  Each output element is
-// therefore computed by the same sequence of operations whichever thread or panel range computes
-// it, and whatever the chunking: results are independent of the thread count.
+// sums go through C exactly: storing and reloading a value does not round it).  Each output
+// element is therefore computed by the same sequence of operations whichever thread or panel
+// range computes it, and whatever the chunking: results are independent of the thread count.
 #pragma once
 
 #include <cstring>
@@ -413,10 +413,10 @@ void unpacked_product(int64_t M, const T* a, int64_t lda, int64_t K, const Strid
 // packing saves over a sequence: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 %
 // faster; docs/performance.md), or — `once`: the product is used for a single row of a single
 // step (T · B = 1: LSTMBlockCell at B = 1, a CudnnRNN generation step), where packing is a whole
-// extra pass over m — its columns contiguous at any depth (a CudnnRNN step at H = 128: 92 -> 61
-// µs, H = 200: 165 -> 92 µs) or its rows (axpy_rows: the packed kernel's bits).  Not the backward's Rᵀ: read in place
-// every step, its rows 4·P bytes apart cost a TLB miss each (H = 128–1024 training ran 5–30 %
-// slower), and packing them is a plain copy.
+// extra pass over m — its columns contiguous at any depth (a CudnnRNN step at H = 128: 102 ->
+// 61 µs, H = 200: 163 -> 90 µs) or its rows (axpy_rows: the packed kernel's bits).  Not the
+// backward's Rᵀ: read in place every step, its rows 4·P bytes apart cost a TLB miss each
+// (H = 128–1024 training ran 5–30 % slower), and packing them is a plain copy.
 constexpr int64_t kUnpackedMinDepth = 256;
 template <class T>
 inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth, bool once) {

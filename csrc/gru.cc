@@ -167,20 +167,14 @@ template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
   if (runs_in_slices(threads, a.batch, a.units, a.valid)) {
     run_in_slices(a, threads, gru_forward<T>, [](const GruForwardArgs<T>& a, int64_t b0, int64_t b1) {
-      GruForwardArgs<T> slice = a;
-      const int64_t H = a.units;
-      slice.batch = b1 - b0;
-      slice.step_rows = a.step_rows ? a.step_rows : a.batch;
-      slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
-      slice.x_gates = a.x_gates ? a.x_gates + b0 * 3 * H : nullptr;
-      slice.h = a.h + b0 * H;
-      slice.gates = a.gates + b0 * 3 * H;
-      slice.q_h = a.q_h + b0 * H;
+      GruForwardArgs<T> slice = slice_rows(a, b0, b1, 3 * a.units, a.units);
+      slice.gates = a.gates + b0 * 3 * a.units;
+      slice.q_h = a.q_h + b0 * a.units;
       return slice;
     });
     return;
   }
-  GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr, a.step_rows ? a.step_rows : a.batch};
+  GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr, step_rows(a)};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
   const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.units, a.w_in, a.inputs,
                                     !a.x_gates);

@@ -95,6 +95,7 @@ struct LstmForwardJob {
     const int64_t units_items = phase_items(rec.panels(), participants);
     const int64_t proj_items = a.w_proj ? phase_items(proj.panels(), participants) : 0;
     const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
+    const int64_t slot_rows = a.keep_trace ? S : B;  // the caller's trace, or the own buffers
     T* work = a_packs->of(p);
     PhaseWalk walk(*queue, p);
     walk.run(units_items + proj_items, [&](int64_t item, bool) {
@@ -114,11 +115,10 @@ struct LstmForwardJob {
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev = a.h + t * S * P;
       T* h_next = a.h + (t + 1) * S * P;
-      const int64_t rows = a.keep_trace ? S : B;  // the caller's trace, or the own buffers
-      const T* c_prev_t = c + (t % c_slots) * rows * H;
-      T* c_next_t = c + ((t + 1) % c_slots) * rows * H;
-      T* g_t = gates + (t % step_slots) * rows * G;
-      T* co_t = co + (t % step_slots) * rows * H;
+      const T* c_prev_t = c + (t % c_slots) * slot_rows * H;
+      T* c_next_t = c + ((t + 1) % c_slots) * slot_rows * H;
+      T* g_t = gates + (t % step_slots) * slot_rows * G;
+      T* co_t = co + (t % step_slots) * slot_rows * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
       projection_phase(walk, input, t, T_, units_items, work);
@@ -286,12 +286,7 @@ template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   if (runs_in_slices(threads, a.batch, a.units, a.valid)) {
     run_in_slices(a, threads, lstm_forward<T>, [](const LstmForwardArgs<T>& a, int64_t b0, int64_t b1) {
-      LstmForwardArgs<T> slice = a;
-      slice.batch = b1 - b0;
-      slice.step_rows = a.step_rows ? a.step_rows : a.batch;
-      slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
-      slice.x_gates = a.x_gates ? a.x_gates + b0 * 4 * a.units : nullptr;
-      slice.h = a.h + b0 * a.out_units;
+      LstmForwardArgs<T> slice = slice_rows(a, b0, b1, 4 * a.units, a.out_units);
       slice.c = a.c + b0 * a.units;
       if (a.keep_trace) {
         slice.gates = a.gates + b0 * 4 * a.units;
@@ -301,8 +296,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
     });
     return;
   }
-  LstmForwardJob<T> job{a, {}, {}, {}, nullptr, nullptr, {}, nullptr,
-                        a.step_rows ? a.step_rows : a.batch, a.gates, a.co, a.c};
+  LstmForwardJob<T> job{a, {}, {}, {}, nullptr, nullptr, {}, nullptr, step_rows(a), a.gates, a.co, a.c};
   const int64_t BH = a.batch * a.units;
   // inference: the engine's own aligned one-step buffers, rows padded to whole cache lines
   Buffer<T> step(a.keep_trace ? 0 : size_t(4 * BH + BH + 2 * BH));
@@ -338,7 +332,8 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   job.a_packs = &a_packs;
   run_open_job(job, team);
   if (!a.keep_trace)  // the caller's c holds two steps: the result goes where it expects it
-    for (int64_t i = 0; i < BH; ++i) a.c[(a.steps % 2) * job.S * a.units + i] = job.c[(a.steps % 2) * BH + i];
+    for (int64_t i = 0; i < BH; ++i)
+      a.c[(a.steps % 2) * job.S * a.units + i] = job.c[(a.steps % 2) * BH + i];
 }
 
 template <class T>

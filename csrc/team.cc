@@ -216,15 +216,11 @@ void Team::worker_loop(uint64_t seen) {
 }
 
 void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
+  // One thread takes no lock: a thread of a running job may run a one-thread job (a batch
+  // slice's loop, cells.h run_in_slices), and try_lock of the mutex it holds is undefined.
+  std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
   Alone alone;
-  // One thread: no lock (a thread of a running job may run a one-thread job: lstm_forward's
-  // batch slices; try_lock of the mutex it holds would be undefined)
-  if (threads <= 1) {
-    job(context, 0, 1, &alone);
-    return;
-  }
-  std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-  if (!busy.owns_lock()) {
+  if (threads <= 1 || !busy.try_lock()) {
     job(context, 0, 1, &alone);
     return;
   }
@@ -263,13 +259,9 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
 }
 
 void Team::run_open(int threads, JobFunction job, void* context) {
-  if (threads <= 1) {  // no lock, as in run
-    job(context, 0, 1, nullptr);
-    return;
-  }
-  std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-  if (!busy.owns_lock()) {
-    job(context, 0, threads, nullptr);
+  std::unique_lock<std::mutex> busy(busy_, std::defer_lock);  // one thread: no lock, as in run
+  if (threads <= 1 || !busy.try_lock()) {
+    job(context, 0, threads > 1 ? threads : 1, nullptr);
     return;
   }
   ensure_workers(threads - 1);

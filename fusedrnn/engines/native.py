@@ -48,8 +48,9 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     ``⌈128/B⌉·B`` rows of ``x W``, each thread's packed chunk of ``x`` and its copy of the
     chunk's live rows) and the backward's
     weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and two packed 1024-row chunks);
-    the largest of the phases counts; a forward in batch slices (``SLICE_ROWS``), each slice's.  Everything else a call uses is a NumPy array the callers' estimates already count
-    (the trace, the gate gradients)."""
+    the largest of the phases counts; a forward in batch slices (``SLICE_ROWS``), each slice's.
+    Everything else a call uses is a NumPy array the callers' estimates already count (the
+    trace, the gate gradients)."""
     threads = threads or settings.get_num_threads()
     total = _team_workspace_nbytes(mode, B, H, Hout, itemsize, inputs, threads)
     if mode in ("lstm", "gru") and threads > 1 and H <= SLICE_MAX_UNITS and B >= SLICE_ROWS * threads:
