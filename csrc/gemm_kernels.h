@@ -256,45 +256,60 @@ void pack_rows(const T* A, int64_t row_stride, int64_t col_stride, int64_t M, in
 
 constexpr int kDotColumns = 8;  // columns per pass: 8 independent FMA chains hide the latency
 
-// sums[j] = the sum of v[j]'s lanes for j < 8, each in one fixed order (whole halves folded
-// first, then adjacent lanes pairwise: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) for
-// 8 lanes), so a column's value does not depend on which columns share its pass.
-#if FUSEDRNN_VECTOR_BYTES >= 32
-// A vector's halves added until 32 bytes are left (a no-op for AVX2).
-template <class Half, class T>
-inline Half fold_to_256(V<T> v) {
-  Half sum;
-  std::memcpy(&sum, &v, sizeof sum);
-  for (size_t offset = sizeof sum; offset < sizeof v; offset += sizeof sum) {
-    Half half;
-    std::memcpy(&half, reinterpret_cast<const char*>(&v) + offset, sizeof half);
-    sum += half;
-  }
-  return sum;
+// dot_columns' vectors: at most 32 bytes.  With AVX-512's 64-byte vectors the B = 1 forward
+// loops ran 11-26 % slower (LSTM H = 256-1024, Zen 4, 1 thread: NumPy's buffers start 16 bytes
+// past a cache line, so every 64-byte load of a column splits two lines), and
+// the 32-byte lanes give AVX-512 the AVX2 copy's bits.
+constexpr int kDotBytes = kVectorBytes < 32 ? kVectorBytes : 32;
+template <class T>
+struct DotVec {
+  static constexpr int width = kDotBytes / int(sizeof(T));
+  typedef T type __attribute__((vector_size(kDotBytes)));
+};
+template <class T> using DV = typename DotVec<T>::type;
+
+template <class T>
+inline DV<T> dot_load_n(const T* p, int64_t n) {
+  DV<T> v = {};
+  std::memcpy(&v, p, size_t(n) * sizeof(T));
+  return v;
 }
-inline __m256 fold8(V<float> v) { return fold_to_256<__m256, float>(v); }
-inline __m256d fold4(V<double> v) { return fold_to_256<__m256d, double>(v); }
-inline void column_sums(const V<float>* v, float* sums) {
-  const __m256 a = _mm256_hadd_ps(fold8(v[0]), fold8(v[1]));
-  const __m256 b = _mm256_hadd_ps(fold8(v[2]), fold8(v[3]));
-  const __m256 c = _mm256_hadd_ps(fold8(v[4]), fold8(v[5]));
-  const __m256 d = _mm256_hadd_ps(fold8(v[6]), fold8(v[7]));
+
+#if FUSEDRNN_VECTOR_BYTES >= 32
+inline DV<float> dot_fmadd(DV<float> a, DV<float> b, DV<float> c) {
+  return (DV<float>)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+}
+inline DV<double> dot_fmadd(DV<double> a, DV<double> b, DV<double> c) {
+  return (DV<double>)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+}
+#else
+inline DV<float> dot_fmadd(DV<float> a, DV<float> b, DV<float> c) { return fmadd(a, b, c); }
+inline DV<double> dot_fmadd(DV<double> a, DV<double> b, DV<double> c) { return fmadd(a, b, c); }
+#endif
+
+// sums[j] = the sum of v[j]'s lanes for j < 8, each in one fixed order (adjacent lanes
+// pairwise: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) for 8 lanes), so a column's
+// value does not depend on which columns share its pass.
+#if FUSEDRNN_VECTOR_BYTES >= 32
+inline void column_sums(const DV<float>* v, float* sums) {
+  const auto m = [&](int j) { return (__m256)v[j]; };
+  const __m256 a = _mm256_hadd_ps(m(0), m(1)), b = _mm256_hadd_ps(m(2), m(3));
+  const __m256 c = _mm256_hadd_ps(m(4), m(5)), d = _mm256_hadd_ps(m(6), m(7));
   const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
   _mm256_storeu_ps(sums, _mm256_permute2f128_ps(ab, cd, 0x20) + _mm256_permute2f128_ps(ab, cd, 0x31));
 }
-inline void column_sums(const V<double>* v, double* sums) {
+inline void column_sums(const DV<double>* v, double* sums) {
   for (int half = 0; half < 2; ++half) {
-    const V<double>* w = v + 4 * half;
-    const __m256d a = _mm256_hadd_pd(fold4(w[0]), fold4(w[1]));
-    const __m256d b = _mm256_hadd_pd(fold4(w[2]), fold4(w[3]));
+    const auto m = [&](int j) { return (__m256d)v[4 * half + j]; };
+    const __m256d a = _mm256_hadd_pd(m(0), m(1)), b = _mm256_hadd_pd(m(2), m(3));
     _mm256_storeu_pd(sums + 4 * half,
                      _mm256_permute2f128_pd(a, b, 0x20) + _mm256_permute2f128_pd(a, b, 0x31));
   }
 }
 #else
 template <class T>
-inline void column_sums(const V<T>* v, T* sums) {
-  constexpr int W = Vec<T>::width;
+inline void column_sums(const DV<T>* v, T* sums) {
+  constexpr int W = DotVec<T>::width;
   for (int j = 0; j < kDotColumns; ++j) {
     T lanes[W];
     std::memcpy(lanes, &v[j], sizeof lanes);
@@ -307,29 +322,31 @@ inline void column_sums(const V<T>* v, T* sums) {
 
 // out[m · ldo + n] = (Σ_k a[m · lda + k] · src[n · col_stride + k]) (· scale[n]) for rows
 // m < M and columns n in [n0, n1); K values per column.  Each sum: the lanes of W partial sums
-// (lane l: the FMAs of k ≡ l mod W, in increasing k) added in a fixed order (column_sums).
+// (lane l: the FMAs of k ≡ l mod W, in increasing k; W = DotVec<T>::width) added in a fixed
+// order (column_sums).
 template <class T>
 __attribute__((noinline)) void dot_columns(int64_t M, const T* a, int64_t lda, int64_t K,
                                            const T* src, int64_t col_stride, int64_t n0,
                                            int64_t n1, const T* scale, T* out, int64_t ldo) {
-  constexpr int W = Vec<T>::width;
+  constexpr int W = DotVec<T>::width;
   constexpr int NC = kDotColumns;
+  const auto load_all = [](const T* p) { return dot_load_n(p, W); };
   for (int64_t n = n0; n < n1; n += NC) {
     const int nc = int(n1 - n < NC ? n1 - n : NC);
     const T* column[NC];
     for (int j = 0; j < NC; ++j) column[j] = src + (n + (j < nc ? j : 0)) * col_stride;
     for (int64_t m = 0; m < M; ++m) {
       const T* am = a + m * lda;
-      V<T> acc[NC];
-      for (int j = 0; j < NC; ++j) acc[j] = splat<T>(T(0));
+      DV<T> acc[NC];
+      for (int j = 0; j < NC; ++j) acc[j] = DV<T>{};
       int64_t k = 0;
       for (; k + W <= K; k += W) {
-        const V<T> av = load(am + k);
-        for (int j = 0; j < NC; ++j) acc[j] = fmadd(av, load(column[j] + k), acc[j]);
+        const DV<T> av = load_all(am + k);
+        for (int j = 0; j < NC; ++j) acc[j] = dot_fmadd(av, load_all(column[j] + k), acc[j]);
       }
       if (k < K) {
-        const V<T> av = load_n(am + k, K - k);
-        for (int j = 0; j < NC; ++j) acc[j] = fmadd(av, load_n(column[j] + k, K - k), acc[j]);
+        const DV<T> av = dot_load_n(am + k, K - k);
+        for (int j = 0; j < NC; ++j) acc[j] = dot_fmadd(av, dot_load_n(column[j] + k, K - k), acc[j]);
       }
       T sums[NC];
       column_sums(acc, sums);

@@ -640,6 +640,32 @@ def test_every_isa_matches_numpy(isa):
         assert_close(results["numpy"], results["native"], np.float64, f"{case} on {isa}")
 
 
+@pytest.mark.skipif(not {"avx2", "avx512"} <= set(native.supported_isas()),
+                    reason="this CPU/build lacks the AVX2 or the AVX-512 path")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_avx2_and_avx512_give_the_same_bits(dtype):
+    """Both FMA copies compute every value by the same operations in the same order (the packed
+    micro-kernels' per-element FMA chains, lane-wise activations, dot_columns on 32-byte
+    vectors): a model gives the same bits on an AVX2 and an AVX-512 machine."""
+    cases = GRID + BIG + ONE_ROW + SLICED + DEEP
+    previous = native.isa()
+    try:
+        bits = {}
+        for name in ("avx2", "avx512"):
+            native.set_isa(name)
+            bits[name] = [_native_run(case, dtype) for case in cases]
+            a = {k: v.astype(dtype) for k, v in _block_inputs(7, 3, 5, 21).items()}
+            fwd = bo.block_lstm_v2(np.int64(6), *a.values(), cell_clip=0.4, use_peephole=True)
+            back = bo.block_lstm_grad_v2(np.int64(6), *a.values(), *fwd, fwd.cs, fwd.h,
+                                         use_peephole=True)
+            cell = bo.lstm_block_cell(*(v[0] if k == "x" else v for k, v in a.items()))
+            bits[name].append(digest(tuple(fwd) + tuple(back) + tuple(cell)))
+    finally:
+        native.set_isa(previous)
+    for case, avx2, avx512 in zip(cases + ["block ops"], bits["avx2"], bits["avx512"]):
+        assert avx2 == avx512, case
+
+
 def test_concurrent_callers_get_sequential_bits(threads):
     threads(2)
     expected = [_native_run(case) for case in BIG]
