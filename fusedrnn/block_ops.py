@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .engines.buffers import aligned_empty
 from .engines.common import assign_2d
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from . import engines
@@ -352,21 +353,36 @@ def _lstm_weights(w: np.ndarray, b: np.ndarray, peepholes, I: int, cd: np.dtype)
 
 
 def _lstm_sequence(L: int, a: dict, dtype: np.dtype, options: LSTMOptions) -> BlockLSTMResult:
-    """Steps ``[0, L)`` on the engine; every output is 0 from ``L`` on."""
+    """Steps ``[0, L)`` on the engine; every output is 0 from ``L`` on.
+
+    ``cs``, ``co`` and ``h`` are the engine's own trace arrays where nothing needs converting
+    (``L == T``, the compute dtype): no copy; each output still owns memory no other output
+    shares."""
     x = a["x"]
     T, B, I = x.shape
     n = a["cs_prev"].shape[1]
-    i, cs, f, o, ci, co, h = (np.zeros((T, B, n), dtype) for _ in range(7))
-    if L and B and n:
-        cd = compute_dtype(dtype)
-        weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], I, cd)
-        x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
-        trace = engines.active().lstm_forward(x_l, h0, c0, weights, options)
-        gates = trace.gates  # activations in i, f, c, o order
-        i[:L], f[:L] = gates[..., :n], gates[..., n:2 * n]
-        ci[:L], o[:L] = gates[..., 2 * n:3 * n], gates[..., 3 * n:]
-        cs[:L], co[:L], h[:L] = trace.c[1:], trace.co, trace.h[1:]
-    return BlockLSTMResult(i, cs, f, o, ci, co, h)
+    if not (L and B and n):
+        return BlockLSTMResult(*(np.zeros((T, B, n), dtype) for _ in range(7)))
+    cd = compute_dtype(dtype)
+    weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], I, cd)
+    x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
+    trace = engines.active().lstm_forward(x_l, h0, c0, weights, options)
+    gates = trace.gates  # activations in i, f, c, o order
+    steps = {"i": gates[..., :n], "f": gates[..., n:2 * n], "ci": gates[..., 2 * n:3 * n],
+             "o": gates[..., 3 * n:], "cs": trace.c[1:], "co": trace.co, "h": trace.h[1:]}
+    return BlockLSTMResult(**{name: _whole_sequence(values, L, T, dtype)
+                              for name, values in steps.items()})
+
+
+def _whole_sequence(steps: np.ndarray, L: int, T: int, dtype: np.dtype) -> np.ndarray:
+    """``steps [L, ...]`` as a ``[T, ...]`` output of ``dtype``, zero from ``L`` on: ``steps``
+    itself where it already is one (``L == T``, C-contiguous, that dtype), else a new array."""
+    if L == T and steps.dtype == dtype and steps.flags.c_contiguous:
+        return steps
+    out = aligned_empty((T,) + steps.shape[1:], dtype)
+    out[:L] = steps
+    out[L:] = 0
+    return out
 
 
 def _lstm_sequence_grad(L: int, a: dict, cd: np.dtype, options: LSTMOptions, x: np.ndarray,
@@ -451,7 +467,7 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
     a, dtype = float_arrays(inputs, op=op)
     L, T, B, I, n = _check_block_lstm_grad(seq_len_max, a)
     _ensure_fits(op, dtype, T, L, B, I, n, grad=True)
-    x_grad = np.zeros((T, B, I), dtype)
+    x_grad = None
     cs_prev_grad, h_prev_grad = np.zeros((B, n), dtype), np.zeros((B, n), dtype)
     w_grad, b_grad = np.zeros((I + n, 4 * n), dtype), np.zeros(4 * n, dtype)
     peephole_grads = [np.zeros(n, dtype) for _ in _PEEPHOLES]
@@ -461,7 +477,7 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
         h_states = np.concatenate([h_prev[None], h])
         grads = _lstm_sequence_grad(L, a, cd, LSTMOptions(layout=layout, use_peephole=use_peephole),
                                     x, h_states, a["w"])
-        x_grad[:L] = grads.dx
+        x_grad = _whole_sequence(grads.dx, L, T, dtype)
         cs_prev_grad[...], h_prev_grad[...] = grads.dc0, grads.dh0
         assign_2d(w_grad[:I], grads.dw_input)  # the native gradients are transposed views
         assign_2d(w_grad[I:], grads.dw_recurrent)
@@ -469,6 +485,8 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
         if use_peephole:
             for out, g in zip(peephole_grads, grads.dpeepholes):
                 out[...] = g
+    if x_grad is None:
+        x_grad = np.zeros((T, B, I), dtype)
     return BlockLSTMGradResult(x_grad, cs_prev_grad, h_prev_grad, w_grad, *peephole_grads, b_grad)
 
 
