@@ -261,31 +261,7 @@ constexpr int kDotColumns = 8;  // columns per pass: 8 independent FMA chains hi
 // past a cache line, so every 64-byte load of a column splits two lines), and
 // the 32-byte lanes give AVX-512 the AVX2 copy's bits.
 constexpr int kDotBytes = kVectorBytes < 32 ? kVectorBytes : 32;
-template <class T>
-struct DotVec {
-  static constexpr int width = kDotBytes / int(sizeof(T));
-  typedef T type __attribute__((vector_size(kDotBytes)));
-};
-template <class T> using DV = typename DotVec<T>::type;
-
-template <class T>
-inline DV<T> dot_load_n(const T* p, int64_t n) {
-  DV<T> v = {};
-  std::memcpy(&v, p, size_t(n) * sizeof(T));
-  return v;
-}
-
-#if FUSEDRNN_VECTOR_BYTES >= 32
-inline DV<float> dot_fmadd(DV<float> a, DV<float> b, DV<float> c) {
-  return (DV<float>)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-}
-inline DV<double> dot_fmadd(DV<double> a, DV<double> b, DV<double> c) {
-  return (DV<double>)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
-}
-#else
-inline DV<float> dot_fmadd(DV<float> a, DV<float> b, DV<float> c) { return fmadd(a, b, c); }
-inline DV<double> dot_fmadd(DV<double> a, DV<double> b, DV<double> c) { return fmadd(a, b, c); }
-#endif
+template <class T> using DV = V<T, kDotBytes>;
 
 // sums[j] = the sum of v[j]'s lanes for j < 8, each in one fixed order (adjacent lanes
 // pairwise: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) for 8 lanes), so a column's
@@ -309,7 +285,7 @@ inline void column_sums(const DV<double>* v, double* sums) {
 #else
 template <class T>
 inline void column_sums(const DV<T>* v, T* sums) {
-  constexpr int W = DotVec<T>::width;
+  constexpr int W = Vec<T, kDotBytes>::width;
   for (int j = 0; j < kDotColumns; ++j) {
     T lanes[W];
     std::memcpy(lanes, &v[j], sizeof lanes);
@@ -322,15 +298,14 @@ inline void column_sums(const DV<T>* v, T* sums) {
 
 // out[m · ldo + n] = (Σ_k a[m · lda + k] · src[n · col_stride + k]) (· scale[n]) for rows
 // m < M and columns n in [n0, n1); K values per column.  Each sum: the lanes of W partial sums
-// (lane l: the FMAs of k ≡ l mod W, in increasing k; W = DotVec<T>::width) added in a fixed
+// (lane l: the FMAs of k ≡ l mod W, in increasing k; W = Vec<T, kDotBytes>::width) added in a fixed
 // order (column_sums).
 template <class T>
 __attribute__((noinline)) void dot_columns(int64_t M, const T* a, int64_t lda, int64_t K,
                                            const T* src, int64_t col_stride, int64_t n0,
                                            int64_t n1, const T* scale, T* out, int64_t ldo) {
-  constexpr int W = DotVec<T>::width;
+  constexpr int W = Vec<T, kDotBytes>::width;
   constexpr int NC = kDotColumns;
-  const auto load_all = [](const T* p) { return dot_load_n(p, W); };
   for (int64_t n = n0; n < n1; n += NC) {
     const int nc = int(n1 - n < NC ? n1 - n : NC);
     const T* column[NC];
@@ -341,12 +316,12 @@ __attribute__((noinline)) void dot_columns(int64_t M, const T* a, int64_t lda, i
       for (int j = 0; j < NC; ++j) acc[j] = DV<T>{};
       int64_t k = 0;
       for (; k + W <= K; k += W) {
-        const DV<T> av = load_all(am + k);
-        for (int j = 0; j < NC; ++j) acc[j] = dot_fmadd(av, load_all(column[j] + k), acc[j]);
+        const DV<T> av = load<T, kDotBytes>(am + k);
+        for (int j = 0; j < NC; ++j) acc[j] = fmadd(av, load<T, kDotBytes>(column[j] + k), acc[j]);
       }
       if (k < K) {
-        const DV<T> av = dot_load_n(am + k, K - k);
-        for (int j = 0; j < NC; ++j) acc[j] = dot_fmadd(av, dot_load_n(column[j] + k, K - k), acc[j]);
+        const DV<T> av = load_n<T, kDotBytes>(am + k, K - k);
+        for (int j = 0; j < NC; ++j) acc[j] = fmadd(av, load_n<T, kDotBytes>(column[j] + k, K - k), acc[j]);
       }
       T sums[NC];
       column_sums(acc, sums);

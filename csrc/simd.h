@@ -27,19 +27,20 @@ template <> struct IntOf<float> { using type = int32_t; };
 template <> struct IntOf<double> { using type = int64_t; };
 
 // GCC/Clang vector extensions: lane-wise IEEE arithmetic; the compiler lowers them to the ISA.
-template <class T>
+// Bytes: the ISA's full width unless a kernel asks for narrower vectors (dot_columns).
+template <class T, int Bytes = kVectorBytes>
 struct Vec {
-  static constexpr int width = kVectorBytes / int(sizeof(T));
-  typedef T type __attribute__((vector_size(kVectorBytes)));
-  typedef typename IntOf<T>::type int_type __attribute__((vector_size(kVectorBytes)));
+  static constexpr int width = Bytes / int(sizeof(T));
+  typedef T type __attribute__((vector_size(Bytes)));
+  typedef typename IntOf<T>::type int_type __attribute__((vector_size(Bytes)));
 };
 
-template <class T> using V = typename Vec<T>::type;
+template <class T, int Bytes = kVectorBytes> using V = typename Vec<T, Bytes>::type;
 template <class T> using VI = typename Vec<T>::int_type;
 
-template <class T>
-inline V<T> load(const T* p) {
-  V<T> v;
+template <class T, int Bytes = kVectorBytes>
+inline V<T, Bytes> load(const T* p) {
+  V<T, Bytes> v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
@@ -50,10 +51,10 @@ inline void store(T* p, V<T> v) {
 }
 
 // The first n ≤ width values at p (the rest of the lanes 0), and storing only them.
-template <class T>
-inline V<T> load_n(const T* p, int64_t n) {
-  if (n == Vec<T>::width) return load(p);
-  V<T> v = {};
+template <class T, int Bytes = kVectorBytes>
+inline V<T, Bytes> load_n(const T* p, int64_t n) {
+  if (n == Vec<T, Bytes>::width) return load<T, Bytes>(p);
+  V<T, Bytes> v = {};
   std::memcpy(&v, p, size_t(n) * sizeof(T));
   return v;
 }
@@ -113,6 +114,17 @@ inline V<double> fmadd(V<double> a, V<double> b, V<double> c) {
   return a * b + c;
 #endif
 }
+
+#if FUSEDRNN_VECTOR_BYTES == 64
+// The AVX-512 copy's 32-byte vectors (dot_columns).
+inline V<float, 32> fmadd(V<float, 32> a, V<float, 32> b, V<float, 32> c) {
+  return (V<float, 32>)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+}
+
+inline V<double, 32> fmadd(V<double, 32> a, V<double, 32> b, V<double, 32> c) {
+  return (V<double, 32>)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+}
+#endif
 
 }  // namespace FUSEDRNN_ISA
 }  // namespace fusedrnn

@@ -467,7 +467,6 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
     a, dtype = float_arrays(inputs, op=op)
     L, T, B, I, n = _check_block_lstm_grad(seq_len_max, a)
     _ensure_fits(op, dtype, T, L, B, I, n, grad=True)
-    x_grad = None
     cs_prev_grad, h_prev_grad = np.zeros((B, n), dtype), np.zeros((B, n), dtype)
     w_grad, b_grad = np.zeros((I + n, 4 * n), dtype), np.zeros(4 * n, dtype)
     peephole_grads = [np.zeros(n, dtype) for _ in _PEEPHOLES]
@@ -485,7 +484,7 @@ def _block_lstm_grad(op: str, layout: str, seq_len_max, inputs: dict, use_peepho
         if use_peephole:
             for out, g in zip(peephole_grads, grads.dpeepholes):
                 out[...] = g
-    if x_grad is None:
+    else:
         x_grad = np.zeros((T, B, I), dtype)
     return BlockLSTMGradResult(x_grad, cs_prev_grad, h_prev_grad, w_grad, *peephole_grads, b_grad)
 
