@@ -32,18 +32,22 @@ template <class T>
 constexpr int64_t k_chunk = int64_t(4096 / sizeof(T));
 // Panel rows fetched ahead of use: the recurrent matrix (up to 16 MiB) streams from L3 each step.
 constexpr int64_t kPrefetchAhead = 16;
+// A packed matrix larger than this does not stay in a core's L2 between passes: gemm_packed
+// fetches its next chunk into L2 while it computes the current one.
+constexpr size_t kL2ResidentBytes = size_t(1) << 20;
 
 // Rows [0, MR) of the columns of NP consecutive panels (+)= A[:, k0:k1] · panels[k0:k1];
 // `a`: the row block packed k-major (a[k · MR + r] = A[r, k], pack_rows); `accumulate`: add
 // to C.  Panel p starts `panel_stride` values after panel p-1 and its columns start at
 // C + p·NR; only the last one may be narrower than NR (`last_width`).  NP > 1 gives a few rows
 // enough independent accumulators to hide the FMA latency; each element's sum is the same
-// sequence of FMAs whatever MR and NP.
+// sequence of FMAs whatever MR and NP.  [ahead, ahead_end): bytes to fetch into L2 meanwhile,
+// a line per k (two when the range holds more lines than the chunk has k).
 // Never inlined: inside a large caller GCC may keep the accumulators in memory.
 template <class T, int MR, int NP>
 __attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, const T* panel,
                          int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
-                         bool accumulate) {
+                         bool accumulate, const char* ahead, const char* ahead_end) {
   constexpr int W = Vec<T>::width;
   constexpr int nr = 2 * W;
   V<T> acc[MR][2 * NP];
@@ -66,7 +70,13 @@ __attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, 
   }
   const T* ak = a + k0 * MR;
   const T* bk = panel + k0 * nr;
+  const bool two_lines = ahead_end - ahead > 64 * (k1 - k0);
   for (int64_t k = k0; k < k1; ++k, ak += MR, bk += nr) {
+    if (ahead < ahead_end) {
+      __builtin_prefetch(ahead, 0, 2);
+      if (two_lines) __builtin_prefetch(ahead + 64, 0, 2);
+      ahead += two_lines ? 128 : 64;
+    }
     V<T> b[2 * NP];
     for (int p = 0; p < NP; ++p) {
       __builtin_prefetch(bk + p * panel_stride + kPrefetchAhead * nr);
@@ -155,9 +165,10 @@ inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : 1;
 template <class T>
 inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a, const T* panel,
                        int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
-                       bool accumulate) {
+                       bool accumulate, const char* ahead = nullptr, const char* ahead_end = nullptr) {
 #define FUSEDRNN_KERNEL(MR, NP) \
-  micro_kernel<T, MR, NP>(k0, k1, a, panel, panel_stride, C, ldc, last_width, accumulate)
+  micro_kernel<T, MR, NP>(k0, k1, a, panel, panel_stride, C, ldc, last_width, accumulate, ahead, \
+                          ahead_end)
   if (rows == 1) {
     switch (panels) {
       case 4: FUSEDRNN_KERNEL(1, 4); return;
@@ -451,6 +462,7 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
   // Panels outermost (a panel's K chunk is reused from L1 by every row block); several panels
   // per call only when the whole GEMM has 1 or 2 rows.
   const int step = M < 3 ? panels_per_call(int(M)) : 1;
+  const bool streams = step == 1 && B.values() * sizeof(T) > kL2ResidentBytes;
   for (int64_t g = 0; g < B.groups; ++g) {
     for (int64_t j = first; j < last; j += step) {
       const int panels = int(last - j < step ? last - j : step);
@@ -463,10 +475,29 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
       const int64_t ldo = chunked ? panels * nr : ldc;
       for (int64_t k0 = 0; k0 < B.rows || k0 == 0; k0 += k_chunk<T>) {
         const int64_t k1 = B.rows - k0 < k_chunk<T> ? B.rows : k0 + k_chunk<T>;
-        for (int64_t m = 0; m < M; m += kMaxRows) {
+        // The chunk computed next (this panel's next K chunk, else the next panel's first),
+        // fetched into L2 a line or two per k over this chunk's row blocks, so that a matrix
+        // streaming from L3 or memory arrives while the kernel computes instead of between.
+        const T* next = nullptr;
+        int64_t next_rows = 0;
+        if (streams) {
+          if (k1 < B.rows) {
+            next = panel + k1 * nr;
+            next_rows = B.rows - k1 < k_chunk<T> ? B.rows - k1 : k_chunk<T>;
+          } else if (j + 1 < last || g + 1 < B.groups) {
+            next = j + 1 < last ? B.panel(g, j + 1) : B.panel(g + 1, first);
+            next_rows = B.rows < k_chunk<T> ? B.rows : k_chunk<T>;
+          }
+        }
+        const int64_t blocks = (M + kMaxRows - 1) / kMaxRows;
+        const int64_t next_lines = next_rows * nr * int64_t(sizeof(T)) / 64;
+        const char* next_bytes = reinterpret_cast<const char*>(next);
+        for (int64_t m = 0, b = 0; m < M; m += kMaxRows, ++b) {
           const int rows = int(M - m < kMaxRows ? M - m : kMaxRows);
+          const char* ahead = next_bytes + b * next_lines / blocks * 64;
+          const char* ahead_end = next_bytes + (b + 1) * next_lines / blocks * 64;
           micro_rows<T>(rows, panels, k0, k1, a_pack + m * B.rows, panel, panel_stride,
-                        out + m * ldo, ldo, chunked ? nr : last_width, k0 > 0);
+                        out + m * ldo, ldo, chunked ? nr : last_width, k0 > 0, ahead, ahead_end);
         }
       }
       if (chunked)
