@@ -301,6 +301,14 @@ PYBIND11_MODULE(_native, m) {
         py::arg("on"),
         "Test hook: False packs the weights of one-row (B = 1) steps too; True (default): read "
         "where they lie.");
+  m.def("l2_cache_bytes", &l2_cache_bytes,
+        "One core's L2 cache in bytes as the engine sees it (0: unknown): a one-row step reads R "
+        "in place only when it is larger than half of it.");
+  m.def("set_l2_cache_bytes",
+        [](int64_t bytes) { l2_cache_override.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); },
+        py::arg("bytes"),
+        "Test hook: the L2 size the one-row rule assumes (0: every R of depth >= 256 is read in "
+        "place); -1 (default): the system's.");
   m.def("release_cached_workspaces", &workspace_release_cached,
         "Frees the kernels' recycled workspace blocks that no call is using.");
   m.def("panel_width", [](int itemsize) {

@@ -242,6 +242,12 @@ void set_join_delay_ns(int64_t ns);
 // (reads_unpacked, gemm_kernels.h), to compare the two paths.
 extern std::atomic<bool> unpacked_steps;
 
+// The L2 cache of one core in bytes (sysconf; 0 where the system does not say): whether a
+// packed matrix stays in cache between steps (reads_unpacked).  Test hook: l2_cache_override
+// ≥ 0 replaces the system's value (-1, the default: the system's).
+int64_t l2_cache_bytes();
+extern std::atomic<int64_t> l2_cache_override;
+
 // Jobs that asked for more than one thread and ran with all of them, and with fewer (a worker
 // had not joined within the join window, or a small job ran alone beside cold workers):
 // diagnostics.

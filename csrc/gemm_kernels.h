@@ -411,10 +411,13 @@ void unpacked_product(int64_t M, const T* a, int64_t lda, int64_t K, const Strid
     axpy_rows(M, a, lda, K, m.data, m.rs, n0, n1, scale, out, ldo);
 }
 
-// Whether a forward loop's one-row products read `m` (depth K) unpacked: a batch of one, and
-// m's columns contiguous with K ≥ 256 (dot_columns; below, the lane sums cost more than the
-// packing saves over a sequence: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 %
-// faster; docs/performance.md), or — `once`: the product is used for a single row of a single
+// Whether a forward loop's one-row products read `m` (depth K, `columns` columns in all)
+// unpacked: a batch of one, and m's columns contiguous with K ≥ 256 and m larger than half a
+// core's L2 (dot_columns; below that depth the lane sums cost more than the packing saves over
+// a sequence: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 % faster on an AVX2 VM
+// with 512 KiB of L2; a packed matrix that stays in L2 is read faster by the packed kernel's
+// full-line loads: H = 256 (1 MiB) inference 13-19 % faster packed with 2 MiB of L2, H = 512
+// 0-4 % slower; docs/performance.md), or — `once`: the product is used for a single row of a single
 // step (T · B = 1: LSTMBlockCell at B = 1, a CudnnRNN generation step), where packing is a whole
 // extra pass over m — its columns contiguous at any depth (a CudnnRNN step at H = 128: 102 ->
 // 61 µs, H = 200: 163 -> 90 µs) or its rows (axpy_rows: the packed kernel's bits).  Not the
@@ -422,9 +425,12 @@ void unpacked_product(int64_t M, const T* a, int64_t lda, int64_t K, const Strid
 // (H = 128–1024 training ran 5–30 % slower), and packing them is a plain copy.
 constexpr int64_t kUnpackedMinDepth = 256;
 template <class T>
-inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth, bool once) {
+inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth,
+                           int64_t columns, bool once) {
   if (batch != 1 || !m.data || !unpacked_steps.load(std::memory_order_relaxed)) return false;
-  if (m.rs == 1) return once || depth >= kUnpackedMinDepth;
+  if (m.rs == 1)
+    return once || (depth >= kUnpackedMinDepth &&
+                    2 * depth * columns * int64_t(sizeof(T)) > l2_cache_bytes());
   return once && m.cs == 1;
 }
 

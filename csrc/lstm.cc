@@ -308,7 +308,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   }
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
   const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.out_units, a.w_in, a.inputs,
-                                    !a.x_gates);
+                                    4 * a.units, !a.x_gates);
   job.unpacked = unpacked.rec;
   Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values());
   job.rec.data = rec.data;

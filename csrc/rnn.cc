@@ -129,7 +129,7 @@ void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
   RnnForwardJob<T> job{a, {}, {}, nullptr, {}, nullptr};
   job.rec.rows = a.units; job.rec.columns = a.units;
   const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.units, a.w_in, a.inputs,
-                                    !a.x_gates);
+                                    a.units, !a.x_gates);
   job.unpacked = unpacked.rec;
   Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values());
   job.rec.data = rec.data;

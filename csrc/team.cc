@@ -5,6 +5,7 @@
 #include <time.h>
 #if defined(__linux__)
 #include <sys/prctl.h>
+#include <unistd.h>
 #endif
 
 #include <chrono>
@@ -102,6 +103,22 @@ std::atomic<int64_t> join_delay_ns{0};
 }  // namespace
 
 std::atomic<bool> unpacked_steps{true};
+
+std::atomic<int64_t> l2_cache_override{-1};
+
+int64_t l2_cache_bytes() {
+  const int64_t set = l2_cache_override.load(std::memory_order_relaxed);
+  if (set >= 0) return set;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  static const int64_t bytes = [] {
+    const long size = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return size > 0 ? int64_t(size) : int64_t(0);
+  }();
+  return bytes;
+#else
+  return 0;
+#endif
+}
 
 void set_join_delay_ns(int64_t ns) { join_delay_ns.store(ns > 0 ? ns : 0, std::memory_order_relaxed); }
 

@@ -423,8 +423,28 @@ def test_bits_independent_of_thread_count(case, dtype, threads):
     assert _native_run(case, dtype) == one  # repeated
 
 
+@contextlib.contextmanager
+def l2_cache(bytes_):
+    """The engine's one-row rule assumes an L2 of ``bytes_`` (0: every R of depth ≥ 256 is
+    read in place, whatever its size)."""
+    native.set_l2_cache_bytes(bytes_)
+    try:
+        yield
+    finally:
+        native.set_l2_cache_bytes(-1)
+
+
+@pytest.fixture
+def r_in_place():
+    """The one-row steps read every R of depth ≥ 256 in place (dot_columns), as on a machine
+    whose L2 holds none of these matrices."""
+    with l2_cache(0):
+        yield
+
+
 # B = 1 and a recurrent depth ≥ 256: the forward steps read R where it lies (dot_columns), not
-# packed; column counts and depths that are no multiple of the 8-column pass or of a vector
+# packed, when R is larger than half of the L2 (r_in_place: always); column counts and depths
+# that are no multiple of the 8-column pass or of a vector
 ONE_ROW = [Case(mode="lstm", num_layers=2, num_dirs=2, batch=1, max_time=5, num_units=256,
                 input_size=20, lengths=(3,)),
            Case(mode="lstm", batch=1, max_time=4, num_units=300, num_proj=260, input_size=9),
@@ -436,7 +456,7 @@ ONE_ROW = [Case(mode="lstm", num_layers=2, num_dirs=2, batch=1, max_time=5, num_
 @pytest.mark.parametrize("isa", ISAS, indirect=True)
 @pytest.mark.parametrize("case", ONE_ROW, ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_one_row_steps_match_numpy_on_every_thread_count(isa, case, dtype, threads):
+def test_one_row_steps_match_numpy_on_every_thread_count(isa, case, dtype, threads, r_in_place):
     """The unpacked one-row products agree with the NumPy engine's float64 results (float32: to
     1e-4 of the largest value; the projected LSTM's gradients reach ~200, and without FMA the
     portable path's float32 error is 3e-5 of that), forward and backward, and give the same bits
@@ -466,7 +486,7 @@ def packed_steps():
     Case(mode="lstm", batch=1, max_time=5, num_units=90, num_proj=40, input_size=8),
     Case(mode="gru", num_dirs=2, batch=1, max_time=5, num_units=70, input_size=8)], ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_one_row_steps_unpacked_against_packed(case, dtype):
+def test_one_row_steps_unpacked_against_packed(case, dtype, r_in_place):
     """The depth rule: below 256 the one-row steps still pack R, every bit the packed path's.
     From 256 the forward reads R by columns (dot_columns), summing in another order: its
     results are close to the packed ones, not equal (so the path was taken), and the backward
@@ -485,6 +505,28 @@ def test_one_row_steps_unpacked_against_packed(case, dtype):
                 want = forward_v3(prob)
         assert_close((want.output, want.output_h, want.output_c),
                      (got.output, got.output_h, got.output_c), dtype, str(case))
+
+
+@pytest.mark.parametrize("case, columns", [
+    (Case(mode="lstm", batch=1, max_time=4, num_units=256, input_size=7), 4 * 256),
+    (Case(mode="gru", batch=1, max_time=4, num_units=300, input_size=5), 3 * 300),
+    (Case(mode="rnn_tanh", batch=1, max_time=4, num_units=520, input_size=5), 520)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_row_steps_read_r_in_place_only_beyond_half_the_l2(case, columns, dtype):
+    """The size rule: a recurrent matrix that fits in half of a core's L2 stays packed (read
+    from cache by the packed kernel's full-line loads, every bit the packed path's); one byte
+    less of L2 and the forward reads it in place (other bits); the machine's own L2 gives one of
+    the two."""
+    r_bytes = case.hidden_out * columns * np.dtype(dtype).itemsize
+    with packed_steps():
+        packed = _native_run(case, dtype)
+    with l2_cache(2 * r_bytes):
+        assert _native_run(case, dtype) == packed
+    with l2_cache(2 * r_bytes - 1):
+        in_place = _native_run(case, dtype)
+    assert in_place != packed
+    system = _native_run(case, dtype)
+    assert system == (packed if 2 * r_bytes <= native.l2_cache_bytes() else in_place)
 
 
 @pytest.mark.parametrize("use_peephole", [False, True])
