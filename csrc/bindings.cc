@@ -253,26 +253,37 @@ void gemm(py::object A, py::object B, py::object C, bool transpose_a, bool trans
   if constexpr (std::is_same<T, float>::value) t.gemm_f(g, threads); else t.gemm_d(g, threads);
 }
 
-// dst[...] = src for two 2-D arrays of one shape and dtype with any strides, in 32 × 32 tiles so
-// that a transposing copy reads and writes whole cache lines (NumPy's strided copy of a
-// transposed matrix runs at about 1 GB/s).  An exact copy: results never depend on it.
+// dst[...] = src for two 2-D arrays of one shape and dtype with any strides (the table's copy:
+// a transposing copy in register tiles; NumPy's strided copy of a transposed matrix runs at
+// about 1 GB/s).  An exact copy: results never depend on it.
 template <class T>
 void copy_2d(py::array dst, py::array src) {
-  const int64_t rows = dst.shape(0), cols = dst.shape(1);
-  const int64_t drs = dst.strides(0) / ssize_t(sizeof(T)), dcs = dst.strides(1) / ssize_t(sizeof(T));
-  const int64_t srs = src.strides(0) / ssize_t(sizeof(T)), scs = src.strides(1) / ssize_t(sizeof(T));
+  const ssize_t item = ssize_t(sizeof(T));
   T* d = static_cast<T*>(dst.mutable_data());
   const T* s = static_cast<const T*>(src.data());
-  // Square tiles of kTile × kTile: both sides' lines (a power of two apart, often sharing an L1
-  // set) stay few enough to remain cached while the tile is copied.
-  constexpr int64_t kTile = 8;
+  const int64_t rows = dst.shape(0), cols = dst.shape(1);
+  const int64_t drs = dst.strides(0) / item, dcs = dst.strides(1) / item;
+  const int64_t srs = src.strides(0) / item, scs = src.strides(1) / item;
+  const EngineTable& t = table();
   py::gil_scoped_release release;
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-      const int64_t i1 = rows - i0 < kTile ? rows : i0 + kTile, j1 = cols - j0 < kTile ? cols : j0 + kTile;
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = j0; j < j1; ++j) d[i * drs + j * dcs] = s[i * srs + j * scs];
-    }
+  if constexpr (std::is_same<T, float>::value) t.copy_f(rows, cols, s, srs, scs, d, drs, dcs);
+  else t.copy_d(rows, cols, s, srs, scs, d, drs, dcs);
+}
+
+// out[c] = Σ_r a[r, c] b[r, c] for a, b [rows, cols] with contiguous rows (any row stride):
+// float64 sums in row order.
+template <class T>
+void product_sum(py::array a, py::array b, py::array out) {
+  const ssize_t item = ssize_t(sizeof(T));
+  const int64_t rows = a.shape(0), cols = a.shape(1);
+  const T* pa = static_cast<const T*>(a.data());
+  const T* pb = static_cast<const T*>(b.data());
+  T* po = static_cast<T*>(out.mutable_data());
+  const int64_t a_rs = rows > 1 ? a.strides(0) / item : 0, b_rs = rows > 1 ? b.strides(0) / item : 0;
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.product_sum_f(rows, cols, pa, a_rs, pb, b_rs, po);
+  else t.product_sum_d(rows, cols, pa, a_rs, pb, b_rs, po);
 }
 
 }  // namespace
@@ -375,6 +386,23 @@ PYBIND11_MODULE(_native, m) {
     else if (has_dtype<double>(dst)) copy_2d<double>(dst, src);
     else throw py::type_error("copy_2d copies float32 or float64");
   }, py::arg("dst"), py::arg("src"), "dst[...] = src (2-D, any strides), tiled.");
+  m.def("product_sum", [](py::array a, py::array b, py::array out) {
+    const ssize_t item = a.itemsize();
+    if (a.ndim() != 2 || b.ndim() != 2 || out.ndim() != 1 || a.shape(0) != b.shape(0) ||
+        a.shape(1) != b.shape(1) || out.shape(0) != a.shape(1) || !a.dtype().is(b.dtype()) ||
+        !a.dtype().is(out.dtype()) || !out.writeable())
+      throw py::value_error("product_sum needs a, b [rows, cols] and a writeable out [cols] of one dtype");
+    // (a stride along an axis of length 1 is never used)
+    const bool cols_ok = a.shape(1) < 2 || (a.strides(1) == item && b.strides(1) == item && out.strides(0) == item);
+    const bool rows_ok = a.shape(0) < 2 || (a.strides(0) >= 0 && b.strides(0) >= 0 && a.strides(0) % item == 0 &&
+                                             b.strides(0) % item == 0);
+    if (!cols_ok || !rows_ok)
+      throw py::value_error("product_sum needs contiguous rows (whole-element, non-negative row strides)");
+    if (has_dtype<float>(a)) product_sum<float>(a, b, out);
+    else if (has_dtype<double>(a)) product_sum<double>(a, b, out);
+    else throw py::type_error("product_sum sums float32 or float64");
+  }, py::arg("a"), py::arg("b"), py::arg("out"),
+     "out[c] = sum over rows of a[r, c] * b[r, c] (float64 sums in row order).");
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
   m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
   m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,

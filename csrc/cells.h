@@ -1,4 +1,5 @@
-// Declarations of one ISA's cell kernels (lstm.cc, gru.cc, rnn.cc), collected by isa_table.cc.
+// Declarations of one ISA's kernels (lstm.cc, gru.cc, rnn.cc, gemm.cc, sums.cc), collected by
+// isa_table.cc.
 #pragma once
 
 #include <exception>
@@ -17,6 +18,8 @@ template <class T> void gru_backward(const GruBackwardArgs<T>& args, int threads
 template <class T> void rnn_forward(const RnnForwardArgs<T>& args, int threads);
 template <class T> void rnn_backward(const RnnBackwardArgs<T>& args, int threads);
 template <class T> void gemm(const GemmArgs<T>& args, int threads);
+template <class T> void product_sum(int64_t rows, int64_t cols, const T* a, int64_t a_rs, const T* b,
+                                    int64_t b_rs, T* out);
 
 // Team size for a job whose phases split `blocks` panels each: never more threads than blocks.
 inline int team_size(int threads, int64_t blocks) {

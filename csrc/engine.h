@@ -162,6 +162,18 @@ struct EngineTable {
   void (*rnn_backward_d)(const RnnBackwardArgs<double>&, int threads);
   void (*gemm_f)(const GemmArgs<float>&, int threads);
   void (*gemm_d)(const GemmArgs<double>&, int threads);
+  // out[c] = Σ_r a[r, c] b[r, c] over a, b [rows, cols] (row strides a_rs, b_rs; columns
+  // contiguous), summed in float64 in row order (csrc/sums.cc); one thread.
+  void (*product_sum_f)(int64_t rows, int64_t cols, const float* a, int64_t a_rs, const float* b,
+                        int64_t b_rs, float* out);
+  void (*product_sum_d)(int64_t rows, int64_t cols, const double* a, int64_t a_rs, const double* b,
+                        int64_t b_rs, double* out);
+  // dst[i, j] = src[i, j] for a rows × cols matrix, both through element strides (an exact copy;
+  // a transposing one in register tiles: csrc/pack.h copy_matrix); one thread.
+  void (*copy_f)(int64_t rows, int64_t cols, const float* src, int64_t srs, int64_t scs, float* dst,
+                 int64_t drs, int64_t dcs);
+  void (*copy_d)(int64_t rows, int64_t cols, const double* src, int64_t srs, int64_t scs,
+                 double* dst, int64_t drs, int64_t dcs);
   // Test/benchmark hooks: tanh over n values; C[M, N] = A[M, K] B[K, N] through the packed
   // kernel (B packed once, the product computed `repeats` times).
   void (*tanh_f)(const float* in, float* out, int64_t n);

@@ -163,5 +163,50 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
   }
 }
 
+
+// dst[i, j] = src[i, j] for a rows × cols matrix, both read/written through element strides (an
+// exact copy).  Where one side's rows and the other's columns are contiguous (a transposing copy:
+// the weight gradients into BlockLSTM's [I+H, 4H] layout) tiles are transposed in registers
+// (Tile), in blocks of kCopyBlock × kCopyBlock so that both sides' cache lines are used whole;
+// elsewhere scalar blocks.
+template <class T>
+void copy_matrix(int64_t rows, int64_t cols, const T* src, int64_t srs, int64_t scs, T* dst,
+                 int64_t drs, int64_t dcs) {
+  constexpr int64_t kCopyBlock = 32;
+  for (int64_t i0 = 0; i0 < rows; i0 += kCopyBlock) {
+    const int64_t i1 = rows - i0 < kCopyBlock ? rows : i0 + kCopyBlock;
+    for (int64_t j0 = 0; j0 < cols; j0 += kCopyBlock) {
+      const int64_t j1 = cols - j0 < kCopyBlock ? cols : j0 + kCopyBlock;
+      int64_t i_tiled = i0, j_tiled = j0;  // the block's tiled part is [i0, i_tiled) × [j0, j_tiled)
+#if FUSEDRNN_VECTOR_BYTES >= 32
+      using tile = Tile<T>;
+      constexpr int S = tile::size;
+      // with the roles of i and j swapped where src's rows and dst's columns are contiguous
+      const bool down = srs == 1 && dcs == 1, across = scs == 1 && drs == 1;
+      if (down || across) {
+        i_tiled = i0 + (i1 - i0) / S * S;
+        j_tiled = j0 + (j1 - j0) / S * S;
+        for (int64_t i = i0; i < i_tiled; i += S)
+          for (int64_t j = j0; j < j_tiled; j += S) {
+            typename tile::reg r[S];
+            if (down) {  // r[q] = column j + q, rows i ...; transposed: r[p] = row i + p
+              for (int q = 0; q < S; ++q) r[q] = tile::load(src + (j + q) * scs + i);
+              transpose_tile(r);
+              for (int p = 0; p < S; ++p) tile::store(dst + (i + p) * drs + j, r[p]);
+            } else {     // r[p] = row i + p, columns j ...; transposed: r[q] = column j + q
+              for (int p = 0; p < S; ++p) r[p] = tile::load(src + (i + p) * srs + j);
+              transpose_tile(r);
+              for (int q = 0; q < S; ++q) tile::store(dst + (j + q) * dcs + i, r[q]);
+            }
+          }
+      }
+#endif
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = (i < i_tiled ? j_tiled : j0); j < j1; ++j)
+          dst[i * drs + j * dcs] = src[i * srs + j * scs];
+    }
+  }
+}
+
 }  // namespace FUSEDRNN_ISA
 }  // namespace fusedrnn

@@ -824,14 +824,21 @@ def test_forked_child_gets_a_working_team(threads):
 # ----------------------------------------------------------------------------------------------
 # The helpers around the time loops: the team's GEMM and the tiled 2-D copy
 
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(1, 1), (7, 300), (256, 96), (1000, 33)])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 300), (256, 96), (1000, 33), (64, 40), (9, 17)])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_copy_2d_is_an_exact_copy(dtype, shape, transposed):
+@pytest.mark.parametrize("step", [1, 3, -1])
+def test_copy_2d_is_an_exact_copy(isa, dtype, shape, transposed, step):
+    """Every stride pattern: the register-tiled transposing copies (a transposed source or
+    destination), whole and partial tiles and blocks, sliced and reversed sources."""
     from fusedrnn.engines.common import assign_2d
     rng = np.random.default_rng(sum(shape))
-    source = rng.standard_normal(shape[::-1] if transposed else shape).astype(dtype)
-    src = source.T if transposed else source
+    rows, cols = shape
+    wide = (cols * abs(step), rows) if transposed else (rows, cols * abs(step))
+    source = rng.standard_normal(wide).astype(dtype)
+    src = (source.T if transposed else source)[:, ::step]
+    assert src.shape == shape
     for dst in (np.empty(shape, dtype), np.empty(shape[::-1], dtype).T):
         native.copy_2d(dst, src)
         assert np.array_equal(dst, src)
@@ -840,6 +847,32 @@ def test_copy_2d_is_an_exact_copy(dtype, shape, transposed):
         assert np.array_equal(dst, src)
     with pytest.raises(ValueError):
         native.copy_2d(np.empty((2, 3), dtype), np.empty((3, 2), dtype))
+
+
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("T,B,k", [(1, 1, 1), (3, 1, 7), (50, 16, 256), (7, 5, 33), (1, 9, 40)])
+def test_product_sum_is_the_rounded_float64_sum(isa, dtype, T, B, k):
+    """The peephole gradients' Σ_{t,b} a ⊙ b (the native Linalg's product_sum), from a gate's
+    columns of a [T, B, 4k] array: float32 is the float64 sum of the exact products rounded
+    once (to within float64's round-off: equal, or one float32 ulp on a tie), float64 within
+    round-off of NumPy's einsum, and thread- and call-independent bits."""
+    from fusedrnn.engines import native as native_engine
+    rng = np.random.default_rng(T * B * k)
+    d_gates = rng.standard_normal((T, B, 4 * k)).astype(dtype)
+    c = rng.standard_normal((T, B, k)).astype(dtype)
+    a = d_gates[:, :, 2 * k:3 * k]
+    got = native_engine.LINALG.product_sum(a, c)
+    assert got.dtype == dtype and got.shape == (k,)
+    exact = np.einsum("tbk,tbk->k", a.astype(np.float64), c.astype(np.float64))
+    if dtype == np.float32:
+        assert np.all(np.abs(got - exact.astype(dtype)) <= np.spacing(np.abs(exact).astype(dtype)))
+    else:
+        np.testing.assert_allclose(got, exact, rtol=1e-12, atol=1e-12 * np.abs(a * c).sum())
+    assert np.array_equal(got, native_engine.LINALG.product_sum(a, c))
+    if k > 1:  # columns must be contiguous
+        with pytest.raises(ValueError):
+            native.product_sum(a.reshape(-1, k)[:, ::-1], c.reshape(-1, k), np.empty(k, dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

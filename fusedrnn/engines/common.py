@@ -119,11 +119,13 @@ def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class Linalg(NamedTuple):
     """The all-steps products a backward pass makes after its time loop: ``gram(a, b) = aᵀ b``
     over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
-    :func:`gram`; the result may be a transposed view) and ``matmul(a, b) = a @ b``.  :data:`NUMPY_LINALG` is NumPy's BLAS; the
-    native backend passes its own (the engine's team, no BLAS thread pool)."""
+    :func:`gram`; the result may be a transposed view), ``matmul(a, b) = a @ b`` and
+    ``product_sum(a, b)`` (:func:`product_sum`'s sum, as exact).  :data:`NUMPY_LINALG` is NumPy's
+    BLAS and einsum; the native backend passes its own (the engine's team, no BLAS thread pool)."""
 
     gram: Callable
     matmul: Callable
+    product_sum: Callable = product_sum
 
 
 def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import Linalg, carry, freeze, input_backward, input_projection, outer_sum, product_sum, trace_arrays
+from .common import NUMPY_LINALG, Linalg, carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
 
 
 @dataclass(frozen=True)
@@ -320,9 +320,9 @@ def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOpti
         dw_proj = outer_sum(gates[:, :, 3 * H:] * co_all, dh_total, linalg)
     dpeepholes = None
     if peep is not None:
-        dpeepholes = (product_sum(d_gates[:, :, :H], c_states[:T]),
-                      product_sum(d_gates[:, :, H:2 * H], c_states[:T]),
-                      product_sum(d_gates[:, :, 3 * H:], c_states[1:]))
+        sums = (linalg or NUMPY_LINALG).product_sum
+        dpeepholes = (sums(d_gates[:, :, :H], c_states[:T]), sums(d_gates[:, :, H:2 * H], c_states[:T]),
+                      sums(d_gates[:, :, 3 * H:], c_states[1:]))
     layout = options.layout
     return LSTMGrads(
         d_gates=to_ifco(d_gates, layout), dx=dx, dh0=dh0, dc0=dc0,

@@ -8,13 +8,15 @@ see ``docs/native_engine.md``).  Split of the work per pseudo-layer:
   recurrent GEMM ``h_{t-1} R`` (R packed once per call, read through strides straight from the
   caller's parameter views) and the gate math fused after it, recording the same trace
   (:class:`.lstm.LSTMTrace`, ...) into the arrays passed in (e.g. views into
-  ``reserve_space``), so a native forward feeds a NumPy backward and back.  The LSTM computes
+  ``reserve_space``), so a native forward feeds a NumPy backward and back.  Every mode computes
   its input projection ``x W + b`` inside that call too, a chunk of about 128 rows at a time,
-  each thread for its own gate columns; GRU and RNN get it from :func:`.common.input_projection`;
+  each thread for its own gate columns (a skip-input layer gets ``x + b`` from
+  :func:`.common.input_projection`);
 * after the backward loop, the all-steps GEMMs (weight gradients ``xᵀ dG``, ``hᵀ dG`` and
   ``dx = dG Wᵀ``) run on the engine's team too (:data:`LINALG`, ``_native.gemm``): float32
-  sums over blocks of 64 rows added in float64, no BLAS thread pool; the bias and peephole
-  sums stay the engines' own (:mod:`.common`).
+  sums over blocks of 64 rows added in float64, no BLAS thread pool; so do the peephole sums
+  (``_native.product_sum``, float64 sums of the exact products, one thread); the bias sums stay
+  the engines' own (:mod:`.common`).
 
 Native workspace per call (besides the trace and gradients the caller sees):
 :func:`workspace_nbytes`, which the ``MemoryError`` estimates include.
@@ -153,7 +155,17 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-LINALG = Linalg(gram=_gram, matmul=_matmul)
+def _product_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``Σ_{t,b} a ⊙ b`` for ``a, b [T, B, k]`` (views whose rows are contiguous, e.g. a gate's
+    columns of ``d_gates``) → ``[k]``: float64 sums of the products in row order (one thread;
+    float32 products are exact in float64, so as exact as :func:`.common.product_sum`)."""
+    k = a.shape[-1]
+    out = np.empty(k, a.dtype)
+    settings.native_module().product_sum(a.reshape(-1, k), b.reshape(-1, k), out)
+    return out
+
+
+LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum)
 
 
 def _live_linalg(valid: np.ndarray | None) -> Linalg:
@@ -176,7 +188,7 @@ def _live_linalg(valid: np.ndarray | None) -> Linalg:
         out[rows] = _matmul(a[rows], b)
         return out
 
-    return Linalg(gram=gram, matmul=matmul)
+    return Linalg(gram=gram, matmul=matmul, product_sum=_product_sum)
 
 
 # ----------------------------------------------------------------------------------------
