@@ -179,13 +179,24 @@ def _live_linalg(valid: np.ndarray | None) -> Linalg:
     rows = np.flatnonzero(valid.reshape(-1))
     if rows.size == valid.size:
         return LINALG
+    gathered = {}
+
+    def live(a: np.ndarray) -> np.ndarray:
+        """``a[rows]``, gathered once per operand (the gate gradients feed both grams and ``dx``):
+        keyed by the data it views, and holding ``a`` so that no other array can take its memory
+        while the entry lives (the Linalg lives for one backward pass, which writes none of them)."""
+        key = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+        entry = gathered.get(key)
+        if entry is None:
+            entry = gathered[key] = (a, a[rows])
+        return entry[1]
 
     def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return _gram(a[rows], b[rows])
+        return _gram(live(a), live(b))
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = aligned_zeros((a.shape[0], b.shape[1]), a.dtype)
-        out[rows] = _matmul(a[rows], b)
+        out[rows] = _matmul(live(a), b)
         return out
 
     return Linalg(gram=gram, matmul=matmul, product_sum=_product_sum)
