@@ -192,6 +192,20 @@ def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarra
     return out
 
 
+def _copy_valid(dst: np.ndarray, src: np.ndarray, valid: np.ndarray | None) -> None:
+    """``dst[...] = where(valid, src, 0)`` for ``[T, B, ·]`` arrays and a ``[T, B]`` mask whose
+    valid rows are, at every step, the first ones of the batch (sorted by decreasing length,
+    :func:`_batch_order`): a copy, then each step's trailing rows zeroed (np.where's temporary
+    and select took 3.5x as long at T = 50, B = 32, H = 256)."""
+    dst[...] = src
+    if valid is None:
+        return
+    B = valid.shape[1]
+    for t, live in enumerate(np.count_nonzero(valid, axis=1).tolist()):
+        if live < B:
+            dst[t, live:] = 0
+
+
 def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
     return x if time_major else x.transpose(1, 0, 2)
 
@@ -236,7 +250,7 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
                                     None if writer is None else _reserved_trace(writer.views, config, T, B, p))
             h_states = trace.h
             y = _scan(out[:, :, d * Hout:(d + 1) * Hout], d)
-            y[...] = h_states[1:] if valid_scan is None else np.where(valid_scan[:, :, None], h_states[1:], 0)
+            _copy_valid(y, h_states[1:], valid_scan)
             h_final[p] = h_states[-1]
             if is_lstm:
                 c_final[p] = trace.c[-1]
