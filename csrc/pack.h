@@ -122,6 +122,46 @@ void pack_columns(const T* first, int64_t col_stride, int64_t rows, int64_t widt
     for (int64_t k = 0; k < rows; ++k) dst[k * nr + c] = T(0);
 }
 
+// Rows of kPackPanelsTile k at a time: each of a row-major B's rows is read once, in order, while
+// its NR-value pieces go to the panels (panel by panel a k loop read one line per row, rows
+// 4·H values apart: a page apart at H = 256, which no hardware prefetcher follows; the BlockLSTM
+// family's w is row-major).
+constexpr int64_t kPackPanelsTile = 8;
+
+// Panels [first, last) of group g of a B whose rows are contiguous (element (k, n) at
+// group[k · row_stride + n]), scaled by `scale` (length N, or null).
+template <class T>
+void pack_row_major(const T* group, int64_t row_stride, const PackedMatrix<T>& m, int64_t g,
+                    int64_t first, int64_t last, const T* scale) {
+  constexpr int nr = PackedMatrix<T>::nr;
+  for (int64_t k0 = 0; k0 < m.rows; k0 += kPackPanelsTile) {
+    const int64_t k1 = m.rows - k0 < kPackPanelsTile ? m.rows : k0 + kPackPanelsTile;
+    for (int64_t j = first; j < last; ++j) {
+      const int64_t n0 = j * nr;
+      const int64_t width = m.columns - n0 < nr ? m.columns - n0 : nr;
+      T* dst = m.panel(g, j);
+      const T* s = scale ? scale + n0 : nullptr;
+      for (int64_t k = k0; k < k1; ++k) {
+        const T* row = group + k * row_stride + n0;
+        T* out = dst + k * nr;
+        if (width == nr) {  // two vectors
+          constexpr int W = Vec<T>::width;
+          if (s) {
+            store(out, load(row) * load(s));
+            store(out + W, load(row + W) * load(s + W));
+          } else {
+            store(out, load(row));
+            store(out + W, load(row + W));
+          }
+        } else {
+          for (int64_t c = 0; c < width; ++c) out[c] = s ? row[c] * s[c] : row[c];
+          for (int64_t c = width; c < nr; ++c) out[c] = T(0);
+        }
+      }
+    }
+  }
+}
+
 // Packs panels j in [first, last) of every group (each thread packs the panels it computes);
 // `column_scale` (length G·N, or null) multiplies column n's values as they are packed;
 // `group_blocks` (length G, or null: in order) names the column block of src that holds group g.
@@ -132,6 +172,11 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
   constexpr int nr = PackedMatrix<T>::nr;
   for (int64_t g = 0; g < m.groups; ++g) {
     const T* group = src + (group_blocks ? group_blocks[g] : g) * m.columns * col_stride;
+    if (col_stride == 1 && row_stride != 1) {
+      pack_row_major(group, row_stride, m, g, first, last,
+                     column_scale ? column_scale + g * m.columns : nullptr);
+      continue;
+    }
     for (int64_t j = first; j < last; ++j) {
       T* dst = m.panel(g, j);
       const int64_t n0 = j * nr;
@@ -141,12 +186,6 @@ void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const Pac
         const T* first_column = group + n0 * col_stride;
         const T* scale = column_scale ? column_scale + g * m.columns + n0 : nullptr;
         pack_columns(first_column, col_stride, m.rows, width, scale, dst);
-        continue;
-      }
-      if (col_stride == 1 && width == nr && !column_scale) {
-        // contiguous rows, a full panel: NR values per row copied as they are
-        for (int64_t k = 0; k < m.rows; ++k)
-          std::memcpy(dst + k * nr, group + k * row_stride + n0, nr * sizeof(T));
         continue;
       }
       for (int64_t k = 0; k < m.rows; ++k) {
