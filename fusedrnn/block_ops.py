@@ -57,7 +57,8 @@ from .engines.buffers import aligned_empty
 from .engines.common import assign_2d
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from . import engines
-from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights
+from .engines.common import product_sum
+from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, backward_factors, step_gradients, to_ifco
 from .engines.native import workspace_nbytes
 from . import resources
 from .settings import public_op
@@ -387,11 +388,8 @@ def _whole_sequence(steps: np.ndarray, L: int, T: int, dtype: np.dtype) -> np.nd
 
 def _lstm_sequence_grad(L: int, a: dict, cd: np.dtype, options: LSTMOptions, x: np.ndarray,
                         h_states: np.ndarray, w: np.ndarray) -> LSTMGrads:
-    """BPTT over steps ``[0, L)`` from the given forward tensors (``L, B, n > 0``).
-
-    ``x``, ``h_states [L+1, B, ·]`` and ``w`` are passed separately so that the cell grad, which
-    must not read them, can pass placeholders.
-    """
+    """BPTT over steps ``[0, L)`` from the given forward tensors (``L, B, n > 0``): ``x [L, B, I]``,
+    ``h_states [L+1, B, n]`` (``h_prev`` then ``h``) and ``w`` in the compute dtype."""
     n = a["cs_prev"].shape[1]
     I = x.shape[2]
     i, cs, f, o, ci, co = _cast(cd, *(a[name][:L] for name in _GATE_OUTPUTS))
@@ -601,15 +599,21 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
     cs_prev_grad, dicfo = np.zeros((B, n), dtype), np.zeros((B, 4 * n), dtype)
     peephole_grads = [np.zeros(n, dtype) for _ in _PEEPHOLES]
     if B and n:
+        # One step's elementwise math (the engines' own step, engines.lstm.step_gradients): no
+        # time loop, and x, h_prev and w are not read (as in TF).
         cd = compute_dtype(dtype)
-        seq = {name: a[name][None] for name in (*_GATE_OUTPUTS, "cs_grad", "h_grad")}
-        # x, h_prev and w are not read (as in TF): an empty input and zero recurrent weights.
-        grads = _lstm_sequence_grad(1, dict(a, **seq), cd, LSTMOptions(layout="icfo", use_peephole=use_peephole),
-                                    np.zeros((1, B, 0), cd), np.zeros((2, B, n), cd), np.zeros((n, 4 * n), cd))
-        cs_prev_grad[...], dicfo[...] = grads.dc0, grads.d_gates[0]
+        i, cs, f, o, ci, co, cs_grad, h_grad, c_prev = _cast(
+            cd, *(a[name] for name in (*_GATE_OUTPUTS, "cs_grad", "h_grad", "cs_prev")))
+        output_factor, cell_factor, gate_factor = backward_factors(np.concatenate([i, f, ci, o], axis=-1),
+                                                                   c_prev, co)
+        peep = tuple(_cast(cd, *(a[p] for p in _PEEPHOLES))) if use_peephole else None
+        d_gates = np.empty((B, 4 * n), cd)  # i, f, c', o
+        cs_prev_grad[...] = step_gradients(h_grad, cs_grad, output_factor, cell_factor, gate_factor, f, peep,
+                                           d_gates)
+        dicfo[...] = to_ifco(d_gates, "icfo")
         if use_peephole:
-            for out, g in zip(peephole_grads, grads.dpeepholes):
-                out[...] = g
+            for out, (k, c) in zip(peephole_grads, ((0, c_prev), (1, c_prev), (3, cs))):
+                out[...] = product_sum(d_gates[None, :, k * n:(k + 1) * n], c[None])
     return LSTMBlockCellGradResult(cs_prev_grad, dicfo, *peephole_grads)
 
 

@@ -233,6 +233,44 @@ class LSTMGrads(NamedTuple):
     dpeepholes: tuple | None
 
 
+def backward_factors(gates: np.ndarray, c_prev: np.ndarray, co: np.ndarray) -> tuple:
+    """What the gate gradients need of the trace alone, for any leading axes (``[T, B]`` or
+    ``[B]``): ``gates [..., 4H]`` (activations i, f, c', o), ``c_prev, co [..., H]`` →
+    ``(output_factor = o (1-o) co`` = ∂h/∂(o pre-activation) per unit of dm,
+    ``cell_factor = (1 - co²) o`` = ∂m/∂c, ``gate_factor [..., 3, H]`` = ∂c/∂(i, f, c'
+    pre-activations): ``c' i (1-i), c_prev f (1-f), i (1 - c'²))``."""
+    H = co.shape[-1]
+    i, f, cc, o = (gates[..., k * H:(k + 1) * H] for k in range(4))
+    output_factor = o * (1 - o)
+    output_factor *= co
+    cell_factor = 1 - co * co
+    cell_factor *= o
+    gate_factor = np.empty(co.shape[:-1] + (3, H), dtype=gates.dtype)
+    np.multiply(cc, i * (1 - i), out=gate_factor[..., 0, :])
+    np.multiply(c_prev, f * (1 - f), out=gate_factor[..., 1, :])
+    np.multiply(i, 1 - cc * cc, out=gate_factor[..., 2, :])
+    return output_factor, cell_factor, gate_factor
+
+
+def step_gradients(dm: np.ndarray, dc: np.ndarray, output_factor: np.ndarray, cell_factor: np.ndarray,
+                   gate_factor: np.ndarray, f: np.ndarray, peep, dg: np.ndarray) -> np.ndarray:
+    """One step's gate gradients into ``dg [B, 4H]`` (pre-activations, i, f, c', o) from
+    ``dm = ∂L/∂(o ⊙ co)`` and ``dc = ∂L/∂c`` ``[B, H]`` and that step's
+    :func:`backward_factors`; returns ``∂L/∂c_prev``.  ``peep``: (wci, wcf, wco) or None."""
+    B, H = dm.shape
+    d_o = dg[:, 3 * H:]
+    np.multiply(dm, output_factor, out=d_o)
+    dcs = dm * cell_factor
+    dcs += dc
+    if peep is not None:
+        dcs += d_o * peep[2]
+    np.multiply(dcs[:, None, :], gate_factor, out=dg.reshape(B, 4, H)[:, :3])
+    dc_prev = dcs * f
+    if peep is not None:
+        dc_prev += dg[:, :H] * peep[0] + dg[:, H:2 * H] * peep[1]
+    return dc_prev
+
+
 def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
                   options: LSTMOptions = CUDNN_LSTM, *, dh_steps: np.ndarray | None = None,
                   dc_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
@@ -259,16 +297,8 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     w_rec_t = np.ascontiguousarray(w.w_recurrent.T)
     w_proj_t = None if w.w_proj is None else np.ascontiguousarray(w.w_proj.T)
     # Everything that depends only on the trace, for all steps at once.
-    i, f, cc, o = (gates[:, :, k * H:(k + 1) * H] for k in range(4))
-    output_factor = o * (1 - o)
-    output_factor *= co_all  # ∂h/∂(o pre-activation), per unit of dm
-    cell_factor = 1 - co_all * co_all
-    cell_factor *= o  # ∂m/∂c
-    gate_factor = np.empty((T, B, 3, H), dtype=dtype)  # ∂c/∂(i, f, c' pre-activations)
-    np.multiply(cc, i * (1 - i), out=gate_factor[:, :, 0])
-    np.multiply(c_states[:T], f * (1 - f), out=gate_factor[:, :, 1])
-    np.multiply(i, 1 - cc * cc, out=gate_factor[:, :, 2])
-    del i, cc, o
+    output_factor, cell_factor, gate_factor = backward_factors(gates, c_states[:T], co_all)
+    f = gates[:, :, H:2 * H]
     for t in range(T - 1, -1, -1):
         v = None if valid is None else valid[t, :, None]
         if dh_steps is not None:
@@ -281,16 +311,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
         else:
             dm = dh
         dg = d_gates[t]
-        d_o = dg[:, 3 * H:]
-        np.multiply(dm, output_factor[t], out=d_o)
-        dcs = dm * cell_factor[t]
-        dcs += dc
-        if peep is not None:
-            dcs += d_o * peep[2]
-        np.multiply(dcs[:, None, :], gate_factor[t], out=dg.reshape(B, 4, H)[:, :3])
-        dc_prev = dcs * f[t]
-        if peep is not None:
-            dc_prev += dg[:, :H] * peep[0] + dg[:, H:2 * H] * peep[1]
+        dc_prev = step_gradients(dm, dc, output_factor[t], cell_factor[t], gate_factor[t], f[t], peep, dg)
         if v is not None:
             dg *= v
         dh_prev = dg @ w_rec_t
