@@ -54,10 +54,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .engines.buffers import aligned_empty
-from .engines.common import assign_2d
+from .engines.common import assign_2d, product_sum
 from .engines.gru_block import gru_block_backward, gru_block_forward
 from . import engines
-from .engines.common import product_sum
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, backward_factors, step_gradients, to_ifco
 from .engines.native import workspace_nbytes
 from . import resources
