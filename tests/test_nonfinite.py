@@ -284,3 +284,52 @@ def test_block_inf_minus_inf_raises_nothing(op):
         if name in inputs:
             inputs[name] = np.ones_like(inputs[name])
     _run(call.replace(inputs=inputs))
+
+
+# --------------------------------------------------------------------------------------
+# Padding is never read
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("D", [1, 2])
+@pytest.mark.parametrize("time_major", [True, False])
+@pytest.mark.parametrize("fill", [np.nan, np.inf])
+def test_padding_is_never_read(backend, mode, D, time_major, fill):
+    """Spec §5.1: padded input positions have no influence on anything and padded steps ignore
+    ``output_backprop``.  NaN or Inf there (0 · NaN is NaN: a mask multiplied in would let it
+    through) gives the bits of zero padding: forward outputs and every gradient, two layers."""
+    from fusedrnn import settings
+
+    T, B, I, H, L = 5, 4, 3, 4, 2
+    lengths = np.array([5, 2, 4, 1], np.int32)
+    direction = "bidirectional" if D == 2 else "unidirectional"
+    attrs = dict(rnn_mode=mode, direction=direction, time_major=time_major)
+    rng = np.random.default_rng(3)
+    size = int(fusedrnn.cudnn_rnn_params_size(num_layers=L, num_units=H, input_size=I, T=np.float32,
+                                              S=np.int64, rnn_mode=mode, direction=direction)[0])
+    params = rng.uniform(-0.5, 0.5, size).astype(np.float32)
+    h = rng.standard_normal((L * D, B, H) if time_major else (B, L * D, H)).astype(np.float32)
+    c = h + np.float32(0.25)
+    x_clean = rng.standard_normal((T, B, I)).astype(np.float32)
+    dy_clean = rng.standard_normal((T, B, D * H)).astype(np.float32)
+    padded = np.arange(T)[:, None] >= lengths[None, :]  # [T, B]
+    x_clean[padded], dy_clean[padded] = 0, 0
+    x_dirty, dy_dirty = x_clean.copy(), dy_clean.copy()
+    x_dirty[padded], dy_dirty[padded] = fill, -fill
+    dh, dc = np.ones_like(h), np.full_like(c, 0.5)
+
+    def run(x, dy):
+        if not time_major:
+            x, dy = x.transpose(1, 0, 2).copy(), dy.transpose(1, 0, 2).copy()
+        fwd = fusedrnn.cudnn_rnn_v3(x, h, c, params, lengths, is_training=True, **attrs)
+        grads = fusedrnn.cudnn_rnn_backprop_v3(x, h, c, params, lengths, fwd.output, fwd.output_h,
+                                               fwd.output_c, dy, dh, dc, fwd.reserve_space,
+                                               fwd.host_reserved, **attrs)
+        return {**{k: fwd[i] for i, k in enumerate(("output", "output_h", "output_c"))}, **grads._asdict()}
+
+    with settings.backend(backend):
+        clean, dirty = _strict(lambda: run(x_clean, dy_clean)), _strict(lambda: run(x_dirty, dy_dirty))
+    for name, value in clean.items():
+        np.testing.assert_array_equal(dirty[name], value, err_msg=name)
+    assert np.isfinite(dirty["params_backprop"]).all()

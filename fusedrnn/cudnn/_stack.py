@@ -192,18 +192,25 @@ def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarra
     return out
 
 
-def _copy_valid(dst: np.ndarray, src: np.ndarray, valid: np.ndarray | None) -> None:
-    """``dst[...] = where(valid, src, 0)`` for ``[T, B, ·]`` arrays and a ``[T, B]`` mask whose
-    valid rows are, at every step, the first ones of the batch (sorted by decreasing length,
-    :func:`_batch_order`): a copy, then each step's trailing rows zeroed (np.where's temporary
-    and select took 3.5x as long at T = 50, B = 32, H = 256)."""
-    dst[...] = src
+def _zero_ended(a: np.ndarray, valid: np.ndarray | None) -> None:
+    """``a[~valid] = 0`` for a ``[T, B, ·]`` array and a ``[T, B]`` mask whose valid rows are, at
+    every step, the first ones of the batch (sorted by decreasing length, :func:`_batch_order`):
+    each step's trailing rows zeroed.  Zeroed, not multiplied by the mask: padding that holds
+    NaN or Inf must not reach anything (cuDNN never reads it), and this writes only the ended
+    rows (np.where's temporary and select took 3.5x as long as a copy and this at T = 50,
+    B = 32, H = 256)."""
     if valid is None:
         return
     B = valid.shape[1]
     for t, live in enumerate(np.count_nonzero(valid, axis=1).tolist()):
         if live < B:
-            dst[t, live:] = 0
+            a[t, live:] = 0
+
+
+def _copy_valid(dst: np.ndarray, src: np.ndarray, valid: np.ndarray | None) -> None:
+    """``dst[...] = where(valid, src, 0)`` (a sorted batch, :func:`_zero_ended`)."""
+    dst[...] = src
+    _zero_ended(dst, valid)
 
 
 def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
@@ -311,7 +318,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
         dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
     if not problem.full_length:
         valid = _rows(problem.valid_mask(), order)
-        d_out *= valid[:, :, None]
+        _zero_ended(d_out, valid)  # padded steps ignore output_backprop, even NaN or Inf there
     x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
     grad_flat = aligned_zeros(config.params_size, cd)
     dh0 = np.empty((LD, B, Hout), dtype=cd)
@@ -339,13 +346,11 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
         if layer > 0:
             if dropout_applied:
                 d_in *= views[f"dropout_mask_{layer}"]
-            if valid is not None:
-                d_in *= valid[:, :, None]
+            _zero_ended(d_in, valid)
             d_out = d_in
         else:
             d_x = d_in
-    if valid is not None:
-        d_x *= valid[:, :, None]
+    _zero_ended(d_x, valid)
     if order is not None:
         d_x, dh0 = _unsort(d_x, order), _unsort(dh0, order)
         dc0 = _unsort(dc0, order) if is_lstm else None

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .buffers import aligned_empty
+from .buffers import aligned_empty, aligned_zeros
 
 
 def sigmoid(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -128,6 +128,40 @@ class Linalg(NamedTuple):
     product_sum: Callable = product_sum
 
 
+def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
+    """``linalg`` over the rows ``(t, b)`` of valid steps only (the all-steps products of a
+    backward pass run over the T·B rows in that order).  The other rows' gate gradients are
+    zero, so the weight-gradient sums leave them out (fewer terms, and padding that holds NaN
+    or Inf never reaches them, as in cuDNN, which never reads it) and their ``dx`` rows are
+    zero.  ``valid=None`` or all rows valid: ``linalg`` itself."""
+    if valid is None:
+        return linalg
+    rows = np.flatnonzero(valid.reshape(-1))
+    if rows.size == valid.size:
+        return linalg
+    gathered = {}
+
+    def live(a: np.ndarray) -> np.ndarray:
+        """``a[rows]``, gathered once per operand (the gate gradients feed both grams and ``dx``):
+        keyed by the data it views, and holding ``a`` so that no other array can take its memory
+        while the entry lives (the Linalg lives for one backward pass, which writes none of them)."""
+        key = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+        entry = gathered.get(key)
+        if entry is None:
+            entry = gathered[key] = (a, a[rows])
+        return entry[1]
+
+    def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return linalg.gram(live(a), live(b))
+
+    def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = aligned_zeros((a.shape[0], b.shape[1]), a.dtype)
+        out[rows] = linalg.matmul(live(a), b)
+        return out
+
+    return Linalg(gram=gram, matmul=matmul, product_sum=linalg.product_sum)
+
+
 def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
                    num_gates: int, need_dx: bool = True, linalg: Linalg | None = None):
     """Gradients of :func:`input_projection` from ``d_pre[T, B, G*H]``.
@@ -183,6 +217,13 @@ def freeze(frozen_t: np.ndarray | None, state: np.ndarray, previous: np.ndarray)
     """Restore ``previous`` in the rows of ``state`` whose step is not valid (in place)."""
     if frozen_t is not None:
         np.copyto(state, previous, where=frozen_t)
+
+
+def zero_ended(valid_t: np.ndarray | None, a: np.ndarray) -> None:
+    """``a`` zeroed in place where the step is not valid (the gate gradients of ended sequences:
+    zeroed, not multiplied by the mask, so that NaN or Inf from padding cannot survive)."""
+    if valid_t is not None:
+        np.copyto(a, 0, where=~valid_t)
 
 
 def carry(valid_t: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> np.ndarray:

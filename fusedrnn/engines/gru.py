@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import (Linalg, carry, column_sum, freeze, input_backward, input_projection, outer_sum, sigmoid,
-                     trace_arrays)
+from .common import (NUMPY_LINALG, Linalg, carry, column_sum, freeze, input_backward, input_projection,
+                     live_rows_linalg, outer_sum, sigmoid, trace_arrays, zero_ended)
 
 
 class GRUWeights(NamedTuple):
@@ -120,13 +120,12 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         np.multiply(d_n, q_h_all[t] * r * (1 - r), out=da[:, :H])
         dq[:, :2 * H] = da[:, :2 * H]
         np.multiply(d_n, r, out=dq[:, 2 * H:])
-        if v is not None:
-            da *= v
-            dq *= v
+        zero_ended(v, da)
+        zero_ended(v, dq)
         dh_prev = dq @ w_rec_t
         dh_prev += dh * u
         dh = carry(v, dh_prev, dh)
-    return gradients(x, h_states, weights, d_a, d_q, dh, need_dx)
+    return gradients(x, h_states, weights, d_a, d_q, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG))
 
 
 def gradients(x: np.ndarray, h_states: np.ndarray, weights: GRUWeights, d_a: np.ndarray,

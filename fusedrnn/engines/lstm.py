@@ -29,7 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import NUMPY_LINALG, Linalg, carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
+from .common import (NUMPY_LINALG, Linalg, carry, freeze, input_backward, input_projection, live_rows_linalg,
+                     outer_sum, trace_arrays, zero_ended)
 
 
 @dataclass(frozen=True)
@@ -312,13 +313,13 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
             dm = dh
         dg = d_gates[t]
         dc_prev = step_gradients(dm, dc, output_factor[t], cell_factor[t], gate_factor[t], f[t], peep, dg)
-        if v is not None:
-            dg *= v
+        zero_ended(v, dg)
         dh_prev = dg @ w_rec_t
         dh = carry(v, dh_prev, dh)
         dc = carry(v, dc_prev, dc)
 
-    return gradients(x, trace, w, options, d_gates, dh_total, dh, dc, need_dx)
+    return gradients(x, trace, w, options, d_gates, dh_total, dh, dc, need_dx,
+                     live_rows_linalg(valid, NUMPY_LINALG))
 
 
 def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOptions,

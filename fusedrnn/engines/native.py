@@ -28,8 +28,8 @@ import numpy as np
 
 from .. import settings
 from . import gru, lstm, simple_rnn
-from .buffers import aligned_copy, aligned_empty, aligned_zeros
-from .common import Linalg, input_projection
+from .buffers import aligned_copy, aligned_empty
+from .common import Linalg, input_projection, live_rows_linalg
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -169,37 +169,8 @@ LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum)
 
 
 def _live_linalg(valid: np.ndarray | None) -> Linalg:
-    """:data:`LINALG` over the rows ``(t, b)`` of valid steps only (the all-steps products of a
-    backward pass run over the T·B rows in that order).  The other rows' gate gradients are
-    zero, so the weight-gradient sums leave them out (fewer terms, and padding that holds NaN
-    or Inf no longer reaches them, as in cuDNN, which never reads it) and their ``dx`` rows are
-    zero."""
-    if valid is None:
-        return LINALG
-    rows = np.flatnonzero(valid.reshape(-1))
-    if rows.size == valid.size:
-        return LINALG
-    gathered = {}
-
-    def live(a: np.ndarray) -> np.ndarray:
-        """``a[rows]``, gathered once per operand (the gate gradients feed both grams and ``dx``):
-        keyed by the data it views, and holding ``a`` so that no other array can take its memory
-        while the entry lives (the Linalg lives for one backward pass, which writes none of them)."""
-        key = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
-        entry = gathered.get(key)
-        if entry is None:
-            entry = gathered[key] = (a, a[rows])
-        return entry[1]
-
-    def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return _gram(live(a), live(b))
-
-    def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        out = aligned_zeros((a.shape[0], b.shape[1]), a.dtype)
-        out[rows] = _matmul(live(a), b)
-        return out
-
-    return Linalg(gram=gram, matmul=matmul, product_sum=_product_sum)
+    """:data:`LINALG` over the live rows (:func:`.common.live_rows_linalg`)."""
+    return live_rows_linalg(valid, LINALG)
 
 
 # ----------------------------------------------------------------------------------------

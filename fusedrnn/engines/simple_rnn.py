@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import Linalg, carry, freeze, input_backward, input_projection, outer_sum, trace_arrays
+from .common import (NUMPY_LINALG, Linalg, carry, freeze, input_backward, input_projection, live_rows_linalg,
+                     outer_sum, trace_arrays, zero_ended)
 
 
 class RNNWeights(NamedTuple):
@@ -85,10 +86,9 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
             np.multiply(dh, 1 - h * h, out=da)
         else:
             np.multiply(dh, h > 0, out=da)
-        if v is not None:
-            da *= v
+        zero_ended(v, da)
         dh = carry(v, da @ w_rec_t, dh)
-    return gradients(x, h_states, weights, d_pre, dh, need_dx)
+    return gradients(x, h_states, weights, d_pre, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG))
 
 
 def gradients(x: np.ndarray, h_states: np.ndarray, weights: RNNWeights, d_pre: np.ndarray,
