@@ -13,6 +13,7 @@ limit (v2 ``memory.max`` / v1 ``memory.limit_in_bytes``) minus current usage, an
 from __future__ import annotations
 
 import os
+import time
 
 
 def _read_int(path: str) -> int | None:
@@ -37,13 +38,25 @@ def _meminfo_available() -> int | None:
 
 def available_memory() -> int | None:
     """Bytes this process may still allocate, or None when it cannot be determined."""
-    candidates = []
+    return _available(_system_available())
+
+
+def _available(system: int | None) -> int | None:
+    """The smaller of ``system`` (:func:`_system_available`) and ``FUSEDRNN_MEMORY_LIMIT``."""
     override = os.environ.get("FUSEDRNN_MEMORY_LIMIT")
     if override:
         try:
-            candidates.append(int(float(override)))
+            limit = int(float(override))
         except ValueError:
-            pass
+            return system
+        return limit if system is None else min(limit, system)
+    return system
+
+
+def _system_available() -> int | None:
+    """``MemAvailable`` and the cgroup's limit less its usage (the smaller), else the free
+    physical pages, else None (files read on every call)."""
+    candidates = []
     meminfo = _meminfo_available()
     if meminfo is not None:
         candidates.append(meminfo)
@@ -62,6 +75,10 @@ def available_memory() -> int | None:
 
 
 SMALL_CALL_BYTES = 64 * 2**20
+# A reading of the system's available memory is reused for this many seconds by calls that need
+# at most a quarter of it (reading /proc and the cgroup files costs ~0.2 ms a call).
+READING_REUSE_S = 1.0
+_last_reading: list = [float("-inf"), None]  # [time.monotonic() of the reading, bytes or None]
 _ENVIRON_DATA = getattr(os.environ, "_data", None)  # CPython's encoded copy, updated with os.environ
 _LIMIT_KEY = os.environ.encodekey("FUSEDRNN_MEMORY_LIMIT") if _ENVIRON_DATA is not None else None
 
@@ -85,11 +102,17 @@ def ensure_fits(nbytes: int, op: str, detail) -> None:
     (the shapes, for the message) is a string or a function that returns one.
 
     Calls estimated below ``SMALL_CALL_BYTES`` skip the (file-reading) lookup of the available
-    memory, unless ``FUSEDRNN_MEMORY_LIMIT`` is set.
+    memory, unless ``FUSEDRNN_MEMORY_LIMIT`` is set; a call that needs at most a quarter of the
+    last reading, taken less than ``READING_REUSE_S`` ago, reuses it.
     """
     if not must_check(nbytes):
         return
-    available = available_memory()
+    read_at, system = _last_reading
+    now = time.monotonic()
+    if system is None or now - read_at > READING_REUSE_S or nbytes > system // 4:
+        system = _system_available()
+        _last_reading[:] = [now, system]
+    available = _available(system)
     if available is not None and nbytes > available:
         detail = detail() if callable(detail) else detail
         raise MemoryError(f"{op} needs about {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) for {detail}, "

@@ -182,14 +182,13 @@ def _rows(a: np.ndarray | None, order: np.ndarray | None, axis: int = 1) -> np.n
 
 
 def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarray:
-    """Rows of the sorted batch back in the caller's order."""
+    """Rows of the sorted batch back in the caller's order (a gather by the inverse permutation:
+    np.take is faster than a scatter by ``order``)."""
     if order is None:
         return a
-    out = np.empty_like(a)
-    index = [slice(None)] * a.ndim
-    index[axis] = order
-    out[tuple(index)] = a
-    return out
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size, dtype=order.dtype)
+    return np.take(a, inverse, axis=axis)
 
 
 def _zero_ended(a: np.ndarray, valid: np.ndarray | None) -> None:
