@@ -49,6 +49,7 @@ crashes on, before anything is computed; inputs are never modified, outputs are 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -59,7 +60,7 @@ from .engines.gru_block import gru_block_backward, gru_block_forward
 from . import engines
 from .engines.lstm import LSTMGrads, LSTMOptions, LSTMTrace, LSTMWeights, backward_factors, step_gradients, to_ifco
 from .engines.native import workspace_nbytes
-from . import resources
+from . import resources, settings
 from .settings import public_op
 from .validate import bool_attr, compute_dtype, float_arrays, float_attr, int_array, shape_str
 
@@ -329,13 +330,22 @@ def _ensure_fits(op: str, dtype: np.dtype, T: int, L: int, B: int, I: int, n: in
     ``T`` steps are returned, ``L`` of them computed; outputs are in ``dtype``, work arrays in
     the compute dtype.
     """
+    nbytes = _estimate_nbytes(dtype, T, L, B, I, n, grad, settings.get_num_threads())
+    resources.ensure_fits(nbytes, op, lambda: f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
+                                              f"cell size {n}")
+
+
+@functools.lru_cache(maxsize=256)
+def _estimate_nbytes(dtype: np.dtype, T: int, L: int, B: int, I: int, n: int, grad: bool,
+                     threads: int) -> int:
+    """:func:`_ensure_fits`'s estimate (cached: a cell op is called once per step with the same
+    shapes)."""
     cd = compute_dtype(dtype)
     outputs = [(T, B, I), (I + n, 4 * n)] if grad else [(T, B, n)] * 7
     work = [(L, B, I)] * 2 + [(L, B, 4 * n)] * 3 + [(L + 1, B, n)] * 10 + [(I + n, 4 * n)] * 4  # 2: GEMM block products
     nbytes = resources.nbytes_of(outputs, dtype.itemsize) + resources.nbytes_of(work, cd.itemsize)
-    nbytes += workspace_nbytes("lstm", B, n, n, cd.itemsize, inputs=I)  # the native engine's workspace
-    resources.ensure_fits(nbytes, op, f"x of shape {shape_str((T, B, I) if T else (B, I))} and "
-                          f"cell size {n}")
+    # the native engine's workspace
+    return nbytes + workspace_nbytes("lstm", B, n, n, cd.itemsize, inputs=I, threads=threads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,20 +368,26 @@ def _lstm_sequence(L: int, a: dict, dtype: np.dtype, options: LSTMOptions) -> Bl
     ``cs``, ``co`` and ``h`` are the engine's own trace arrays where nothing needs converting
     (``L == T``, the compute dtype): no copy; each output still owns memory no other output
     shares."""
-    x = a["x"]
-    T, B, I = x.shape
+    T, B, _ = a["x"].shape
     n = a["cs_prev"].shape[1]
     if not (L and B and n):
         return BlockLSTMResult(*(np.zeros((T, B, n), dtype) for _ in range(7)))
-    cd = compute_dtype(dtype)
-    weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], I, cd)
-    x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
-    trace = engines.active().lstm_forward(x_l, h0, c0, weights, options)
+    trace = _lstm_trace(L, a, options)
     gates = trace.gates  # activations in i, f, c, o order
     steps = {"i": gates[..., :n], "f": gates[..., n:2 * n], "ci": gates[..., 2 * n:3 * n],
              "o": gates[..., 3 * n:], "cs": trace.c[1:], "co": trace.co, "h": trace.h[1:]}
     return BlockLSTMResult(**{name: _whole_sequence(values, L, T, dtype)
                               for name, values in steps.items()})
+
+
+def _lstm_trace(L: int, a: dict, options: LSTMOptions) -> LSTMTrace:
+    """The engine's forward over steps ``[0, L)`` of ``a["x"] [T, B, I]`` (``L, B, n > 0``), in
+    the compute dtype of ``a``'s arrays."""
+    x = a["x"]
+    cd = compute_dtype(x.dtype)
+    weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], x.shape[2], cd)
+    x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
+    return engines.active().lstm_forward(x_l, h0, c0, weights, options)
 
 
 def _whole_sequence(steps: np.ndarray, L: int, T: int, dtype: np.dtype) -> np.ndarray:
@@ -560,8 +576,13 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
     _ensure_fits("LSTMBlockCell", dtype, 0, 1, B, I, n, grad=False)
     options = LSTMOptions(layout="icfo", forget_bias=_attr_forget_bias(forget_bias, dtype), cell_clip=clip,
                           use_peephole=use_peephole)
-    seq = _lstm_sequence(1, dict(a, x=a["x"][None]), dtype, options)
-    return BlockLSTMResult(*(out[0] for out in seq))
+    if not (B and n):
+        return BlockLSTMResult(*(np.zeros((B, n), dtype) for _ in range(7)))
+    trace = _lstm_trace(1, dict(a, x=a["x"][None]), options)
+    gates = trace.gates[0]  # i, f, c, o
+    i, f, ci, o = (np.ascontiguousarray(gates[:, k * n:(k + 1) * n], dtype) for k in range(4))
+    cs, co, h = (state.astype(dtype, copy=False) for state in (trace.c[1], trace.co[0], trace.h[1]))
+    return BlockLSTMResult(i=i, cs=cs, f=f, o=o, ci=ci, co=co, h=h)
 
 
 @public_op

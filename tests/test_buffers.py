@@ -38,6 +38,32 @@ def test_small_arrays_are_not_pooled_and_every_array_is_aligned():
         assert pooled == (a.nbytes >= buffers.POOL_MIN_BYTES)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_aligned_empties(dtype):
+    """Small arrays share one block, each on its own cache line and disjoint; past
+    POOL_MIN_BYTES in all they are separate arrays (one kept alone keeps only its own memory)."""
+    itemsize = np.dtype(dtype).itemsize
+    shapes = [(1, 3, 20), (2, 3, 5), (1, 3, 5), (7,), (0, 4)]
+    arrays = buffers.aligned_empties(shapes, dtype)
+    spans = []
+    for array, shape in zip(arrays, shapes):
+        assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous
+        assert array.flags.writeable
+        start = array.__array_interface__["data"][0]
+        assert start % buffers.CACHE_LINE == 0
+        spans.append((start, start + array.size * itemsize))
+    spans.sort()
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+    for k, array in enumerate(arrays):
+        array.fill(k)
+    for k, array in enumerate(arrays):
+        assert (array == k).all()
+    rows = buffers.POOL_MIN_BYTES // itemsize // 2 + 1
+    big = buffers.aligned_empties([(rows,), (rows,)], dtype)
+    assert not np.shares_memory(big[0], big[1])
+    assert big[0].base is not big[1].base
+
+
 def test_a_freed_block_is_reused_and_a_live_one_is_not():
     a = buffers.aligned_empty(BIG, F32)
     first = _block(a)

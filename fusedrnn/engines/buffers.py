@@ -157,6 +157,23 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     return np.asarray(_Lease(_pool.take(nbytes), shape, dtype))
 
 
+def aligned_empties(shapes: list, dtype) -> list:
+    """``[aligned_empty(shape, dtype) for shape in shapes]``; arrays of fewer than
+    :data:`POOL_MIN_BYTES` in all are views of one block, each on a cache line of its own (one
+    allocation instead of several: a one-step call's fixed cost), larger ones separate (an
+    array kept alone must not keep the others' memory)."""
+    dtype = np.dtype(dtype)
+    offsets, total = [], 0
+    for shape in shapes:
+        offsets.append(total)
+        total += -(-math.prod(shape) * dtype.itemsize // CACHE_LINE) * CACHE_LINE
+    if total >= POOL_MIN_BYTES:
+        return [aligned_empty(shape, dtype) for shape in shapes]
+    raw = np.empty(total + CACHE_LINE, dtype=np.uint8)
+    start = -_address(raw) % CACHE_LINE
+    return [np.ndarray(tuple(shape), dtype, raw, start + offset) for shape, offset in zip(shapes, offsets)]
+
+
 def aligned_zeros(shape, dtype) -> np.ndarray:
     """:func:`aligned_empty`, filled with zeros."""
     out = aligned_empty(shape, dtype)

@@ -102,7 +102,8 @@ def ifco_weights(weights: LSTMWeights, options: LSTMOptions, matrices: bool = Tr
     bias = to_ifco(weights.bias, layout)
     if options.forget_bias != 0.0:
         H = bias.shape[-1] // 4
-        bias = bias.copy()
+        if bias is weights.bias:
+            bias = bias.copy()
         bias[H:2 * H] += bias.dtype.type(options.forget_bias)
     if not matrices:
         return weights._replace(bias=bias)

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import settings
 from . import gru, lstm, simple_rnn
-from .buffers import aligned_copy, aligned_empty
+from .buffers import aligned_copy, aligned_empties, aligned_empty
 from .common import Linalg, input_projection, live_rows_linalg
 from .lstm import CUDNN_LSTM, LSTMOptions
 
@@ -107,7 +107,7 @@ def _recording(out, shapes: list, dtype) -> tuple[list, list]:
     """Arrays for the kernel to write (``out``'s own arrays where they are C-contiguous, else
     fresh ones) and the caller's arrays to copy them into afterwards."""
     if out is None:
-        work = [aligned_empty(shape, dtype) for shape in shapes]
+        work = aligned_empties(shapes, dtype)
         return work, work
     targets = list(out)
     work = [t if t.flags.c_contiguous and t.dtype == dtype else aligned_empty(t.shape, dtype)
@@ -126,6 +126,13 @@ def _copy_back(work: list, targets: list) -> list:
 
 def _peepholes(peep) -> np.ndarray | None:
     return None if peep is None else np.ascontiguousarray(np.stack(peep))
+
+
+def _halved_peepholes(peep: tuple, dtype) -> np.ndarray:
+    """(wci, wcf, wco) stacked [3, H] and halved (:func:`.lstm.halved_peepholes`' values)."""
+    stacked = np.stack(peep).astype(dtype, copy=False)
+    stacked *= dtype.type(0.5)
+    return stacked
 
 
 def _threads() -> int:
@@ -240,7 +247,6 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     T, B = x.shape[:2]
     H, Hout = c0.shape[-1], h0.shape[-1]
     dtype = x.dtype
-    peep = lstm.halved_peepholes(w, options, dtype)
     scale = lstm.gate_scale(H, dtype)  # R is halved as it is packed
     x_gates = x_in = w_in = bias = None
     if w.w_input is None:  # skip input: every gate gets x
@@ -248,7 +254,8 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
         x_gates *= scale
     else:
         x_in, w_in, bias = _c(x, dtype), _strided(w.w_input, dtype), _c(w.bias, dtype)
-    w_rec, w_proj, peepholes = _strided(w.w_recurrent, dtype), _c(w.w_proj, dtype), _peepholes(peep)
+    w_rec, w_proj = _strided(w.w_recurrent, dtype), _c(w.w_proj, dtype)
+    peepholes = _halved_peepholes(w.peepholes, dtype) if options.use_peephole else None
     if not (keep_trace or out is not None):
         h_states, c_last = lstm_inference(x_in, h0, c0, w_in, w_rec, bias, w_proj, x_gates=x_gates,
                                           peepholes=peepholes, valid=_mask(valid),
