@@ -129,7 +129,14 @@ void lstm_forward(py::object x_gates, py::object x, py::object w_in, py::object 
   a.valid = mask(valid);
   a.cell_clip = T(cell_clip);
   a.keep_trace = keep_trace;
-  a.gates = out<T>(gates, "gates"); a.c = out<T>(c, "c"); a.co = out<T>(co, "co");
+  if (py::isinstance<py::tuple>(gates)) {  // (i, f, c', o) planes
+    const auto planes = gates.cast<py::tuple>();
+    if (planes.size() != 4) throw std::invalid_argument("gates: 4 planes expected");
+    for (int k = 0; k < 4; ++k) a.gate_planes[k] = out<T>(planes[k], "gates");
+  } else {
+    a.gates = out<T>(gates, "gates");
+  }
+  a.c = out<T>(c, "c"); a.co = out<T>(co, "co");
   a.h = out<T>(h, "h");
   const EngineTable& t = table();
   py::gil_scoped_release release;
@@ -141,12 +148,19 @@ void lstm_backward(py::object gates, py::object c, py::object co, py::object h, 
                    py::object peep, py::object w_proj, py::object dh_steps, py::object dc_steps,
                    py::object valid, py::object d_gates, py::object dh_total, py::object dh,
                    py::object dc, int threads) {
-  LstmBackwardArgs<T> a{dim(gates, 0), dim(gates, 1), dim(c, 2), dim(h, 2),
-                        in<T>(gates, "gates"), in<T>(c, "c"), in<T>(co, "co"), in<T>(h, "h"),
+  const bool planes = py::isinstance<py::tuple>(gates);  // (i, f, c', o) planes
+  const py::object first = planes ? py::object(gates.cast<py::tuple>()[0]) : gates;
+  LstmBackwardArgs<T> a{dim(first, 0), dim(first, 1), dim(c, 2), dim(h, 2),
+                        planes ? nullptr : in<T>(gates, "gates"), in<T>(c, "c"), in<T>(co, "co"), in<T>(h, "h"),
                         strided<T>(w_rec, "w_rec"), in<T>(peep, "peep"), in<T>(w_proj, "w_proj"),
                         in<T>(dh_steps, "dh_steps"), in<T>(dc_steps, "dc_steps"), mask(valid),
                         out<T>(d_gates, "d_gates"), out<T>(dh_total, "dh_total"), out<T>(dh, "dh"),
                         out<T>(dc, "dc")};
+  if (planes) {
+    const auto tuple = gates.cast<py::tuple>();
+    if (tuple.size() != 4) throw std::invalid_argument("gates: 4 planes expected");
+    for (int k = 0; k < 4; ++k) a.gate_planes[k] = in<T>(tuple[k], "gates");
+  }
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.lstm_backward_f(a, threads); else t.lstm_backward_d(a, threads);
@@ -340,7 +354,7 @@ PYBIND11_MODULE(_native, m) {
                             py::object dh_steps, py::object dc_steps, py::object valid,
                             py::object d_gates, py::object dh_total, py::object dh, py::object dc,
                             int threads) {
-    (is_double(gates) ? lstm_backward<double> : lstm_backward<float>)(
+    (is_double(c) ? lstm_backward<double> : lstm_backward<float>)(
         gates, c, co, h, w_rec, peep, w_proj, dh_steps, dc_steps, valid, d_gates, dh_total, dh,
         dc, threads);
   });

@@ -57,6 +57,10 @@ struct LstmForwardArgs {
   // runs on rows [b0, b0 + batch) of a larger batch (lstm_forward's batch slices: the pointers
   // then start at row b0; no mask).
   int64_t step_rows;
+  // With keep_trace: the activations of gate k (i, f, c', o) of row b of step t at
+  // gate_planes[k][(t · step_rows + b) · H + u] ([T, B, H] arrays: BlockLSTM's own outputs)
+  // instead of in `gates`, which is then not used; null: in `gates`.
+  T* gate_planes[4];
 };
 
 template <class T>
@@ -73,6 +77,7 @@ struct LstmBackwardArgs {
   T* dh_total;        // [T, B, P]  out (projection only): dL/dh_t, masked
   T* dh;              // [B, P] in: dL/dh_T, out: dL/dh_0
   T* dc;              // [B, H] in: dL/dc_T, out: dL/dc_0
+  const T* gate_planes[4];  // or null: the forward's gates as [T, B, H] planes (then `gates` is not read)
 };
 
 template <class T>

@@ -96,6 +96,9 @@ struct LstmForwardJob {
     const int64_t proj_items = a.w_proj ? phase_items(proj.panels(), participants) : 0;
     const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
     const int64_t slot_rows = a.keep_trace ? S : B;  // the caller's trace, or the own buffers
+    T* const* planes = a.keep_trace && a.gate_planes[0] ? a.gate_planes : nullptr;
+    // the gates' GEMM output and activations: in the trace, or (planes, no trace) one step's buffer
+    const int64_t gate_slots = planes ? 1 : step_slots, gate_rows = planes ? B : slot_rows;
     T* work = a_packs->of(p);
     PhaseWalk walk(*queue, p);
     walk.run(units_items + proj_items, [&](int64_t item, bool) {
@@ -117,7 +120,7 @@ struct LstmForwardJob {
       T* h_next = a.h + (t + 1) * S * P;
       const T* c_prev_t = c + (t % c_slots) * slot_rows * H;
       T* c_next_t = c + ((t + 1) % c_slots) * slot_rows * H;
-      T* g_t = gates + (t % step_slots) * slot_rows * G;
+      T* g_t = gates + (t % gate_slots) * gate_rows * G;
       T* co_t = co + (t % step_slots) * slot_rows * H;
       const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
       const int64_t live = live_rows(valid, B);
@@ -132,13 +135,20 @@ struct LstmForwardJob {
         carry_rows(c_next_t, c_prev_t, live, B, H, u0, u1);
         if (!a.w_proj) carry_rows(h_next, h_prev, live, B, P, u0, u1);
         if (a.keep_trace) {
-          zero_rows(g_t, live, B, 4, H, u0, u1);
+          if (planes)
+            for (int k = 0; k < 4; ++k) zero_rows(planes[k] + t * S * H, live, B, 1, H, u0, u1);
+          else
+            zero_rows(g_t, live, B, 4, H, u0, u1);
           zero_rows(co_t, live, B, 1, H, u0, u1);
         }
         for (int64_t b = 0; b < live; ++b) {
           T* out = a.w_proj ? m + b * H : h_next + b * P;
           gate_math(g_t + b * G, xg_t + b * G, c_prev_t + b * H, c_next_t + b * H,
                     co_t + b * H, out, u0, u1);
+          if (planes)  // from the step buffer, while in L1
+            for (int k = 0; k < 4; ++k)
+              std::memcpy(planes[k] + (t * S + b) * H + u0, g_t + b * G + k * H + u0,
+                          size_t(u1 - u0) * sizeof(T));
           if (valid && !valid[b]) {
             T* cn = c_next_t + b * H;
             const T* cp = c_prev_t + b * H;
@@ -229,8 +239,15 @@ struct LstmBackwardJob {
           for (int64_t b = live; b < B; ++b)
             for (int64_t u = u0; u < u1; ++u) a.dc[b * H + u] += a.dc_steps[(t * B + b) * H + u];
         for (int64_t b = 0; b < live; ++b) {
-          const T* g = a.gates + (t * B + b) * G;
-          const T *i = g, *f = g + H, *cc = g + 2 * H, *o = g + 3 * H;
+          const T *i, *f, *cc, *o;
+          if (a.gate_planes[0]) {
+            const int64_t row = (t * B + b) * H;
+            i = a.gate_planes[0] + row; f = a.gate_planes[1] + row;
+            cc = a.gate_planes[2] + row; o = a.gate_planes[3] + row;
+          } else {
+            const T* g = a.gates + (t * B + b) * G;
+            i = g; f = g + H; cc = g + 2 * H; o = g + 3 * H;
+          }
           const T* co = a.co + (t * B + b) * H;
           const T* cp = a.c + (t * B + b) * H;
           const T* dm_b = a.w_proj ? dm + b * H : a.dh + b * P;
@@ -289,7 +306,9 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
       LstmForwardArgs<T> slice = slice_rows(a, b0, b1, 4 * a.units, a.out_units);
       slice.c = a.c + b0 * a.units;
       if (a.keep_trace) {
-        slice.gates = a.gates + b0 * 4 * a.units;
+        slice.gates = a.gates ? a.gates + b0 * 4 * a.units : nullptr;
+        for (int k = 0; k < 4; ++k)
+          slice.gate_planes[k] = a.gate_planes[k] ? a.gate_planes[k] + b0 * a.units : nullptr;
         slice.co = a.co + b0 * a.units;
       }
       return slice;
@@ -298,8 +317,11 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   }
   LstmForwardJob<T> job{a, {}, {}, {}, nullptr, nullptr, {}, nullptr, step_rows(a), a.gates, a.co, a.c};
   const int64_t BH = a.batch * a.units;
-  // inference: the engine's own aligned one-step buffers, rows padded to whole cache lines
-  Buffer<T> step(a.keep_trace ? 0 : size_t(4 * BH + BH + 2 * BH));
+  // inference: the engine's own aligned one-step buffers, rows padded to whole cache lines; a
+  // trace in gate planes: one step's gates
+  const bool planes = a.keep_trace && a.gate_planes[0];
+  Buffer<T> step(a.keep_trace ? (planes ? size_t(4 * BH) : 0) : size_t(4 * BH + BH + 2 * BH));
+  if (planes) job.gates = step.data;
   if (!a.keep_trace) {
     job.gates = step.data;
     job.co = step.data + 4 * BH;

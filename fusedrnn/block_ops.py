@@ -373,21 +373,20 @@ def _lstm_sequence(L: int, a: dict, dtype: np.dtype, options: LSTMOptions) -> Bl
     if not (L and B and n):
         return BlockLSTMResult(*(np.zeros((T, B, n), dtype) for _ in range(7)))
     trace = _lstm_trace(L, a, options)
-    gates = trace.gates  # activations in i, f, c, o order
-    steps = {"i": gates[..., :n], "f": gates[..., n:2 * n], "ci": gates[..., 2 * n:3 * n],
-             "o": gates[..., 3 * n:], "cs": trace.c[1:], "co": trace.co, "h": trace.h[1:]}
+    i, f, ci, o = trace.gates  # [L, B, n] each
+    steps = {"i": i, "f": f, "ci": ci, "o": o, "cs": trace.c[1:], "co": trace.co, "h": trace.h[1:]}
     return BlockLSTMResult(**{name: _whole_sequence(values, L, T, dtype)
                               for name, values in steps.items()})
 
 
 def _lstm_trace(L: int, a: dict, options: LSTMOptions) -> LSTMTrace:
     """The engine's forward over steps ``[0, L)`` of ``a["x"] [T, B, I]`` (``L, B, n > 0``), in
-    the compute dtype of ``a``'s arrays."""
+    the compute dtype of ``a``'s arrays; its gates as four [L, B, n] arrays (i, f, c, o)."""
     x = a["x"]
     cd = compute_dtype(x.dtype)
     weights = _lstm_weights(a["w"], a["b"], [a[p] for p in _PEEPHOLES], x.shape[2], cd)
     x_l, h0, c0 = _cast(cd, x[:L], a["h_prev"], a["cs_prev"])
-    return engines.active().lstm_forward(x_l, h0, c0, weights, options)
+    return engines.active().lstm_forward(x_l, h0, c0, weights, options, gate_planes=True)
 
 
 def _whole_sequence(steps: np.ndarray, L: int, T: int, dtype: np.dtype) -> np.ndarray:
@@ -408,8 +407,8 @@ def _lstm_sequence_grad(L: int, a: dict, cd: np.dtype, options: LSTMOptions, x: 
     n = a["cs_prev"].shape[1]
     I = x.shape[2]
     i, cs, f, o, ci, co = _cast(cd, *(a[name][:L] for name in _GATE_OUTPUTS))
-    trace = LSTMTrace(gates=np.concatenate([i, f, ci, o], axis=-1),
-                      c=np.concatenate([a["cs_prev"][None].astype(cd), cs]), co=co, h=h_states)
+    trace = LSTMTrace(gates=(i, f, ci, o), c=np.concatenate([a["cs_prev"][None].astype(cd), cs]), co=co,
+                      h=h_states)
     weights = _lstm_weights(w, np.zeros(4 * n, cd), [a[p] for p in _PEEPHOLES], I, cd)
     dh_steps, dc_steps = _cast(cd, a["h_grad"][:L], a["cs_grad"][:L])
     return engines.active().lstm_backward(x, trace, weights, options, dh_steps=dh_steps,
@@ -579,9 +578,8 @@ def lstm_block_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, *, forget_bias=1.0,
     if not (B and n):
         return BlockLSTMResult(*(np.zeros((B, n), dtype) for _ in range(7)))
     trace = _lstm_trace(1, dict(a, x=a["x"][None]), options)
-    gates = trace.gates[0]  # i, f, c, o
-    i, f, ci, o = (np.ascontiguousarray(gates[:, k * n:(k + 1) * n], dtype) for k in range(4))
-    cs, co, h = (state.astype(dtype, copy=False) for state in (trace.c[1], trace.co[0], trace.h[1]))
+    i, f, ci, o, cs, co, h = (state.astype(dtype, copy=False)
+                              for state in (*(gate[0] for gate in trace.gates), trace.c[1], trace.co[0], trace.h[1]))
     return BlockLSTMResult(i=i, cs=cs, f=f, o=o, ci=ci, co=co, h=h)
 
 

@@ -648,6 +648,56 @@ def test_block_lstm_in_batch_slices_gives_one_threads_bits(use_peephole, threads
     assert settings.native_module().sliced_loops() > before
 
 
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+@pytest.mark.parametrize("T, B, I, H, P, ragged, peephole, clip, n_threads", [
+    (5, 3, 4, 16, 0, False, True, 0.5, 1),
+    (6, 5, 3, 9, 0, True, False, 0.0, 2),     # ended rows: zero in every plane
+    (4, 4, 3, 12, 7, True, True, 0.0, 2),     # projection
+    (7, 40, 5, 24, 0, False, True, 0.4, 2),   # batch slices at 2 threads
+    (1, 1, 6, 5, 0, False, False, 0.0, 1)])   # one step of one row: weights read in place
+def test_gate_planes_give_the_interleaved_bits(backend, T, B, I, H, P, ragged, peephole, clip, n_threads,
+                                               threads):
+    """An LSTM trace recorded as four [T, B, H] gate planes (the BlockLSTM ops' own outputs)
+    holds the bits of the interleaved [T, B, 4H] gates, and a backward pass reading the planes
+    gives the bits of one reading the interleaved gates."""
+    from fusedrnn import engines
+    from fusedrnn.engines.lstm import LSTMOptions, LSTMWeights
+
+    threads(n_threads)
+    rng = np.random.default_rng(T * B + H)
+    u = lambda *shape: rng.uniform(-1, 1, shape).astype(np.float32)  # noqa: E731
+    Hout = P or H
+    weights = LSTMWeights(u(I, 4 * H), u(Hout, 4 * H), u(4 * H), u(H, P) if P else None,
+                          (u(H), u(H), u(H)) if peephole else None)
+    options = LSTMOptions(layout="icfo", forget_bias=0.5, cell_clip=clip, use_peephole=peephole)
+    x, h0, c0 = u(T, B, I), u(B, Hout), u(B, H)
+    valid = None
+    if ragged:
+        lengths = np.sort(rng.integers(1, T + 1, B))[::-1]
+        valid = np.arange(T)[:, None] < lengths[None, :]
+    dh_steps, dc_steps = u(T, B, Hout), u(T, B, H)
+    with settings.backend(backend):
+        engine = engines.active()
+        inter = engine.lstm_forward(x, h0, c0, weights, options, valid)
+        planes = engine.lstm_forward(x, h0, c0, weights, options, valid, gate_planes=True)
+        assert isinstance(planes.gates, tuple) and len(planes.gates) == 4
+        for k, plane in enumerate(planes.gates):
+            assert plane.shape == (T, B, H) and plane.flags.c_contiguous
+            np.testing.assert_array_equal(plane, inter.gates[..., k * H:(k + 1) * H])
+        for a, b in zip(inter[1:], planes[1:]):
+            np.testing.assert_array_equal(a, b)
+        grads = [engine.lstm_backward(x, trace, weights, options, dh_steps=dh_steps, dc_steps=dc_steps,
+                                      valid=valid) for trace in (inter, planes)]
+    for name, a, b in zip(grads[0]._fields, *grads):
+        if a is None:
+            assert b is None, name
+        elif isinstance(a, tuple):
+            for p, q in zip(a, b):
+                np.testing.assert_array_equal(p, q, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
 # several chunks of the in-loop input projection (⌈128 / B⌉ steps each), ended sequences
 LATE = BIG + [Case(mode="lstm", batch=40, max_time=9, num_units=70, num_proj=24, input_size=8,
                    lengths=tuple(9 - k % 9 for k in range(40))),

@@ -80,7 +80,8 @@ class LSTMWeights(NamedTuple):
 class LSTMTrace(NamedTuple):
     """What the forward pass keeps for the backward pass (scan order).
 
-    gates [T, B, 4H]: activations i, f, c', o (always i, f, c, o order);
+    gates [T, B, 4H]: activations i, f, c', o (always i, f, c, o order), or a tuple of the four
+    as [T, B, H] planes (``gate_planes=True``: BlockLSTM's own outputs, no copies);
     c [T+1, B, H]: cell states, c[0] = c0 (clipped values);
     co [T, B, H]: tanh(c[t+1]);
     h [T+1, B, Hout]: emitted states, h[0] = h0 (only h[:T] is read backwards).
@@ -161,13 +162,15 @@ def forward_operands(x: np.ndarray, weights: LSTMWeights, options: LSTMOptions):
 
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWeights,
                  options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
-                 out: LSTMTrace | None = None, keep_trace: bool = True) -> LSTMTrace:
+                 out: LSTMTrace | None = None, keep_trace: bool = True,
+                 gate_planes: bool = False) -> LSTMTrace:
     """Run the recurrence over ``x[T, B, in]`` from ``h0[B, Hout]``, ``c0[B, H]``.
 
     ``out``: preallocated trace arrays to record into (shapes as in :class:`LSTMTrace`).
     ``keep_trace=False`` (inference, no ``out``): the caller reads only ``h`` and ``c[-1]``, so
     an engine may return ``gates``, ``co`` and ``c`` with fewer steps (the native engine does;
-    this reference engine records everything either way).
+    this reference engine records everything either way).  ``gate_planes`` (no ``out``): the
+    trace's gates as four C-contiguous [T, B, H] arrays.
     """
     w, x_gates, w_recurrent, peep = forward_operands(x, weights, options)
     T, B = x.shape[:2]
@@ -213,7 +216,22 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
         if frozen is not None:
             freeze(frozen[t], c_next, c_prev)
             freeze(frozen[t], h_next, h_states[t])
+    if gate_planes:
+        gates = tuple(np.ascontiguousarray(gates[..., k * H:(k + 1) * H]) for k in range(4))
     return LSTMTrace(gates, c_states, co_all, h_states)
+
+
+def interleaved_gates(gates) -> np.ndarray:
+    """A trace's gates as one [T, B, 4H] array (i, f, c, o), from planes if need be."""
+    return np.concatenate(gates, axis=-1) if isinstance(gates, tuple) else gates
+
+
+def gate_activations(gates, k: int) -> np.ndarray:
+    """Gate ``k``'s (0..3: i, f, c, o) activations [T, B, H] of a trace's gates (either form)."""
+    if isinstance(gates, tuple):
+        return gates[k]
+    H = gates.shape[-1] // 4
+    return gates[..., k * H:(k + 1) * H]
 
 
 class LSTMGrads(NamedTuple):
@@ -287,6 +305,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     """
     w = ifco_weights(weights, options)
     gates, c_states, co_all, h_states = trace
+    gates = interleaved_gates(gates)
     T, B = gates.shape[:2]
     H = c_states.shape[-1]
     Hout = h_states.shape[-1]
@@ -333,14 +352,14 @@ def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOpti
     step, masked; ``dh0``, ``dc0``: the gradients reaching the initial state.
     """
     gates, c_states, co_all, h_states = trace
-    T = gates.shape[0]
+    T = co_all.shape[0]
     H = c_states.shape[-1]
     peep = w.peepholes if options.use_peephole else None
     dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx, linalg)
     dw_recurrent = outer_sum(h_states[:T], d_gates, linalg)
     dw_proj = None
     if w.w_proj is not None:
-        dw_proj = outer_sum(gates[:, :, 3 * H:] * co_all, dh_total, linalg)
+        dw_proj = outer_sum(gate_activations(gates, 3) * co_all, dh_total, linalg)
     dpeepholes = None
     if peep is not None:
         sums = (linalg or NUMPY_LINALG).product_sum

@@ -234,12 +234,14 @@ def rnn_inference(x, h0, w_input, w_recurrent, bias, relu: bool, *, x_gates=None
 
 def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LSTMWeights,
                  options: LSTMOptions = CUDNN_LSTM, valid: np.ndarray | None = None,
-                 out: lstm.LSTMTrace | None = None, keep_trace: bool = True) -> lstm.LSTMTrace:
+                 out: lstm.LSTMTrace | None = None, keep_trace: bool = True,
+                 gate_planes: bool = False) -> lstm.LSTMTrace:
     """:func:`.lstm.lstm_forward` with the time loop native.  The input projection ``x W + b``
     runs inside the native call, a chunk of steps at a time (skip input: here, as x + b);
     ``keep_trace=False`` records only ``h`` and the last two cell states (a trace whose
     ``gates``/``co`` are None and whose ``c`` holds the final state only: the kernel keeps
-    one step of them in its own buffers)."""
+    one step of them in its own buffers); ``gate_planes`` (no ``out``): the kernel writes each
+    gate's activations to a [T, B, H] array of its own."""
     native = settings.native_module()
     # the kernel reads W and R in their own gate order (no reordered copy)
     w = lstm.ifco_weights(weights, options, matrices=False)
@@ -262,7 +264,12 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
                                           cell_clip=float(options.cell_clip),
                                           gate_blocks=gate_blocks)
         return lstm.LSTMTrace(None, c_last[None], None, h_states)
-    work, targets = _recording(out, lstm.trace_shapes(T, B, H, Hout), dtype)
+    shapes = lstm.trace_shapes(T, B, H, Hout)
+    if gate_planes and out is None:
+        work = aligned_empties([(T, B, H)] * 4 + shapes[1:], dtype)
+        work = targets = [tuple(work[:4])] + work[4:]
+    else:
+        work, targets = _recording(out, shapes, dtype)
     gates, c_states, co, h_states = work
     c_states[0], h_states[0] = c0, h0
     native.lstm_forward(x_gates, x_in, w_in, bias, scale, w_rec, peepholes, w_proj, _mask(valid),
@@ -279,9 +286,11 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
     """:func:`.lstm.lstm_backward` with the time loop native."""
     native = settings.native_module()
     w = lstm.ifco_weights(weights, options)
-    dtype = trace.gates.dtype
-    gates, c_states, co, h_states = (_c(a, dtype) for a in trace)
-    T, B = gates.shape[:2]
+    dtype = trace.c.dtype
+    c_states, co, h_states = (_c(a, dtype) for a in trace[1:])
+    gates = (tuple(_c(a, dtype) for a in trace.gates) if isinstance(trace.gates, tuple)
+             else _c(trace.gates, dtype))
+    T, B = co.shape[:2]
     H, Hout = c_states.shape[-1], h_states.shape[-1]
     d_gates = aligned_empty((T, B, 4 * H), dtype)
     dh_total = aligned_empty((T, B, Hout), dtype) if w.w_proj is not None else None
