@@ -310,3 +310,21 @@ def test_params_size_matches_what_the_forward_accepts():
         with pytest.raises(ValueError, match="params size mismatch"):
             fusedrnn.cudnn_rnn_v3(x, h, c, np.zeros(size + 1), np.array([2], np.int32), rnn_mode=mode,
                                   direction="bidirectional", num_proj=P, is_training=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("L, D, skip_input, P", [(1, 1, False, 0), (2, 2, False, 0), (3, 1, True, 0),
+                                                 (2, 2, True, 0), (2, 2, False, 3)])
+def test_pseudo_layer_views_cover_params_once(mode, L, D, skip_input, P):
+    """The backward writes every element of params_backprop through these views (so the flat
+    gradient needs no zero fill first): together they cover the flat buffer exactly once."""
+    if P and mode != "lstm":
+        pytest.skip("projection: LSTM only")
+    H, I = 5, 5 if skip_input else 3
+    config = RNNConfig(mode, L, H, I, D, skip_input, P)
+    counts = np.zeros(config.params_size, np.int64)
+    for p in range(L * D):
+        for view in fusedrnn.layout.pseudo_layer_views(counts, config, p):
+            if view is not None:
+                view += 1
+    np.testing.assert_array_equal(counts, 1)

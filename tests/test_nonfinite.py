@@ -333,3 +333,28 @@ def test_padding_is_never_read(backend, mode, D, time_major, fill):
     for name, value in clean.items():
         np.testing.assert_array_equal(dirty[name], value, err_msg=name)
     assert np.isfinite(dirty["params_backprop"]).all()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("L, D, P, lengths", [(1, 1, 0, None), (2, 2, 0, (4, 1, 3)), (2, 1, 2, None)])
+def test_params_backprop_is_written_everywhere(backend, mode, L, D, P, lengths, monkeypatch):
+    """The flat weight gradient is allocated without a zero fill (every element is written by
+    the backward): with its buffer full of NaN before, no NaN is left in params_backprop."""
+    from fusedrnn import settings
+    from fusedrnn.cudnn import _stack
+
+    if P and mode != "lstm":
+        pytest.skip("projection: LSTM only")
+
+    def nan_filled(shape, dtype):
+        out = np.empty(shape, dtype)
+        out.fill(np.nan)
+        return out
+
+    monkeypatch.setattr(_stack, "aligned_empty", nan_filled)
+    call = _cudnn("cudnn_rnn_backprop_v3", mode, L=L, D=D, P=P, T=4, B=3, lengths=lengths)
+    with settings.backend(backend):
+        result = _run(call)
+    assert np.isfinite(result.params_backprop).all()
+    assert np.isfinite(result.input_backprop).all()

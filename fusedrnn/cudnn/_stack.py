@@ -19,7 +19,7 @@ from ..engines import lstm as lstm_engine
 from ..engines import native as native_engine
 from ..engines import simple_rnn as rnn_engine
 from ..engines.buffers import aligned_copy, aligned_empty, aligned_zeros
-from ..engines.common import assign_2d
+from ..engines.common import NO_OUT, WeightGradOut, assign_2d
 from ..layout import RNNConfig
 from ..validate import compute_dtype, float_arrays, shape_str
 from ._resolve import _Attrs, _Problem, _resolve
@@ -72,23 +72,37 @@ def _engine_forward(mode: str, x, h0, c0, weights, valid, out):
     return engine.rnn_forward(x, h0, weights, _activation(mode), valid, out)
 
 
-def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, valid, need_dx):
+def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, valid, need_dx,
+                     weight_grads_out: WeightGradOut = NO_OUT):
     engine = engines.active()
+    kwargs = dict(dh_steps=dh_steps, dh_last=dh_last, valid=valid, need_dx=need_dx,
+                  weight_grads_out=weight_grads_out)
     if mode == "lstm":
-        return engine.lstm_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
-                                    dc_last=dc_last, valid=valid, need_dx=need_dx)
+        return engine.lstm_backward(x, trace, weights, dc_last=dc_last, **kwargs)
     if mode == "gru":
-        return engine.gru_backward(x, trace, weights, dh_steps=dh_steps, dh_last=dh_last,
-                                   valid=valid, need_dx=need_dx)
-    return engine.rnn_backward(x, trace, weights, _activation(mode), dh_steps=dh_steps,
-                               dh_last=dh_last, valid=valid, need_dx=need_dx)
+        return engine.gru_backward(x, trace, weights, **kwargs)
+    return engine.rnn_backward(x, trace, weights, _activation(mode), **kwargs)
+
+
+def _weight_grads_out(config: RNNConfig, grad_flat: np.ndarray, p: int) -> WeightGradOut:
+    """Pseudo-layer ``p``'s weight-gradient blocks of ``grad_flat`` as the engines' ``[in, G·H]``
+    matrices (transposed views): the backward's GEMMs write there, nothing is copied."""
+    v = layout.pseudo_layer_views(grad_flat, config, p)
+    return WeightGradOut(*(None if m is None else m.T for m in (v.w_input, v.w_recurrent, v.w_proj)))
+
+
+def _assign_param(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` unless ``src`` is ``dst`` itself (a gradient written in place)."""
+    if (src.__array_interface__["data"][0] != dst.__array_interface__["data"][0]
+            or src.strides != dst.strides or src.shape != dst.shape):
+        assign_2d(dst, src)
 
 
 def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) -> None:
     v = layout.pseudo_layer_views(grad_flat, config, p)
     if v.w_input is not None:
-        assign_2d(v.w_input, grads.dw_input.T)
-    assign_2d(v.w_recurrent, grads.dw_recurrent.T)
+        _assign_param(v.w_input, grads.dw_input.T)
+    _assign_param(v.w_recurrent, grads.dw_recurrent.T)
     if config.rnn_mode == "gru":
         v.bias_input[...] = grads.dbias_input
         v.bias_recurrent[...] = grads.dbias_recurrent
@@ -96,7 +110,7 @@ def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) 
         v.bias_input[...] = grads.dbias
         v.bias_recurrent[...] = grads.dbias
     if v.w_proj is not None:
-        assign_2d(v.w_proj, grads.dw_proj.T)
+        _assign_param(v.w_proj, grads.dw_proj.T)
 
 
 def _scan(a: np.ndarray | None, direction: int):
@@ -319,7 +333,9 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
         valid = _rows(problem.valid_mask(), order)
         _zero_ended(d_out, valid)  # padded steps ignore output_backprop, even NaN or Inf there
     x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
-    grad_flat = aligned_zeros(config.params_size, cd)
+    # every element is written below (the pseudo-layers' views cover the buffer once), unless
+    # the batch or the sequence is empty
+    grad_flat = (aligned_empty if T and B else aligned_zeros)(config.params_size, cd)
     dh0 = np.empty((LD, B, Hout), dtype=cd)
     dc0 = np.empty((LD, B, H), dtype=cd) if is_lstm else None
     for layer in range(L - 1, -1, -1):
@@ -333,7 +349,8 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
                 config.rnn_mode, _scan(layer_in, d), trace, weights,
                 dh_steps=_scan(d_out[:, :, d * Hout:(d + 1) * Hout], d),
                 dh_last=dh_final[p], dc_last=None if dc_final is None else dc_final[p],
-                valid=_scan(valid, d), need_dx=True)
+                valid=_scan(valid, d), need_dx=True,
+                weight_grads_out=_weight_grads_out(config, grad_flat, p))
             if d_in is None:
                 d_in = grads.dx  # scan order of direction 0 is time order
             else:

@@ -90,9 +90,13 @@ def gram_block_rows(N: int) -> int:
     return max(GRAM_BLOCK_ROWS, -(-N // GRAM_MAX_BLOCKS))
 
 
-def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``aᵀ b`` for ``a[N, m]``, ``b[N, n]`` → ``[m, n]``; float32 by row blocks (see above: the
-    products of up to GRAM_GROUP_BLOCKS blocks are added in float32, the group sums in float64)."""
+    products of up to GRAM_GROUP_BLOCKS blocks are added in float32, the group sums in float64).
+    ``out``: an ``[m, n]`` array (any strides) to write the result into and return."""
+    if out is not None:
+        assign_2d(out, gram(a, b))
+        return out
     N = a.shape[0]
     rows = gram_block_rows(N)
     if a.dtype == np.float64 or N <= rows:
@@ -117,9 +121,10 @@ def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 class Linalg(NamedTuple):
-    """The all-steps products a backward pass makes after its time loop: ``gram(a, b) = aᵀ b``
-    over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
-    :func:`gram`; the result may be a transposed view), ``matmul(a, b) = a @ b`` and
+    """The all-steps products a backward pass makes after its time loop: ``gram(a, b, out=None)
+    = aᵀ b`` over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
+    :func:`gram`; the result may be a transposed view; ``out``: the ``[m, n]`` array to return it
+    in), ``matmul(a, b) = a @ b`` and
     ``product_sum(a, b)`` (:func:`product_sum`'s sum, as exact).  :data:`NUMPY_LINALG` is NumPy's
     BLAS and einsum; the native backend passes its own (the engine's team, no BLAS thread pool)."""
 
@@ -151,8 +156,8 @@ def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
             entry = gathered[key] = (a, a[rows])
         return entry[1]
 
-    def gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return linalg.gram(live(a), live(b))
+    def gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return linalg.gram(live(a), live(b), out=out)
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = aligned_zeros((a.shape[0], b.shape[1]), a.dtype)
@@ -162,12 +167,28 @@ def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
     return Linalg(gram=gram, matmul=matmul, product_sum=linalg.product_sum)
 
 
+class WeightGradOut(NamedTuple):
+    """Where a backward pass writes its weight gradients (e.g. transposed views into the flat
+    gradient buffer of the cuDNN layout, so that nothing is copied there afterwards); None: a
+    fresh array.  ``w_input [in, G·H]``, ``w_recurrent [Hout, G·H]``, ``w_proj [H, P]``, in the
+    engine's own gate order."""
+
+    w_input: np.ndarray | None = None
+    w_recurrent: np.ndarray | None = None
+    w_proj: np.ndarray | None = None
+
+
+NO_OUT = WeightGradOut()
+
+
 def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
-                   num_gates: int, need_dx: bool = True, linalg: Linalg | None = None):
+                   num_gates: int, need_dx: bool = True, linalg: Linalg | None = None,
+                   dw_out: np.ndarray | None = None):
     """Gradients of :func:`input_projection` from ``d_pre[T, B, G*H]``.
 
     Returns ``(dx [T, B, in] or None, dw_input [in, G*H] or None, dbias [G*H])``; the sums over
-    the T*B rows are ``linalg.gram`` (default :func:`gram`) and :func:`column_sum`.
+    the T*B rows are ``linalg.gram`` (default :func:`gram`; into ``dw_out`` when given) and
+    :func:`column_sum`.
     """
     linalg = linalg or NUMPY_LINALG
     T, B, n_in = x.shape
@@ -176,15 +197,16 @@ def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
     if w_input is None:
         dx = d_pre.reshape(T, B, num_gates, n_in).sum(axis=2) if need_dx else None
         return dx, None, dbias
-    dw_input = linalg.gram(x.reshape(T * B, n_in), flat)
+    dw_input = linalg.gram(x.reshape(T * B, n_in), flat, out=dw_out)
     dx = linalg.matmul(flat, w_input.T).reshape(T, B, n_in) if need_dx else None
     return dx, dw_input, dbias
 
 
-def outer_sum(a: np.ndarray, b: np.ndarray, linalg: Linalg | None = None) -> np.ndarray:
+def outer_sum(a: np.ndarray, b: np.ndarray, linalg: Linalg | None = None,
+              out: np.ndarray | None = None) -> np.ndarray:
     """``Σ_t a[t]ᵀ b[t]`` for ``a[T, B, m]``, ``b[T, B, n]`` → ``[m, n]`` (``linalg.gram``,
-    default :func:`gram`, of the T*B rows)."""
-    return (linalg or NUMPY_LINALG).gram(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]))
+    default :func:`gram`, of the T*B rows; into ``out`` when given)."""
+    return (linalg or NUMPY_LINALG).gram(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), out=out)
 
 
 NUMPY_LINALG = Linalg(gram=gram, matmul=np.matmul)

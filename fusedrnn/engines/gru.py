@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import (NUMPY_LINALG, Linalg, carry, column_sum, freeze, input_backward, input_projection,
+from .common import (NO_OUT, NUMPY_LINALG, Linalg, WeightGradOut, carry, column_sum, freeze, input_backward, input_projection,
                      live_rows_linalg, outer_sum, sigmoid, trace_arrays, zero_ended)
 
 
@@ -97,7 +97,8 @@ class GRUGrads(NamedTuple):
 
 def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
                  dh_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
-                 valid: np.ndarray | None = None, need_dx: bool = True) -> GRUGrads:
+                 valid: np.ndarray | None = None, need_dx: bool = True,
+                 weight_grads_out: WeightGradOut = NO_OUT) -> GRUGrads:
     gates, q_h_all, h_states = trace
     T, B = gates.shape[:2]
     H = h_states.shape[-1]
@@ -125,16 +126,18 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         dh_prev = dq @ w_rec_t
         dh_prev += dh * u
         dh = carry(v, dh_prev, dh)
-    return gradients(x, h_states, weights, d_a, d_q, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG))
+    return gradients(x, h_states, weights, d_a, d_q, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG),
+                     weight_grads_out)
 
 
 def gradients(x: np.ndarray, h_states: np.ndarray, weights: GRUWeights, d_a: np.ndarray,
               d_q: np.ndarray, dh0: np.ndarray, need_dx: bool,
-              linalg: Linalg | None = None) -> GRUGrads:
+              linalg: Linalg | None = None, out: WeightGradOut = NO_OUT) -> GRUGrads:
     """Everything after the time loop, from ``d_a``, ``d_q [T, B, 3H]`` (masked gradients of
-    the input and recurrent pre-activations) and ``dh0``: the all-steps GEMMs and sums."""
+    the input and recurrent pre-activations) and ``dh0``: the all-steps GEMMs (into ``out``'s
+    arrays where given) and sums."""
     T, B, G = d_q.shape
-    dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx, linalg)
-    dw_recurrent = outer_sum(h_states[:T], d_q, linalg)
+    dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx, linalg, out.w_input)
+    dw_recurrent = outer_sum(h_states[:T], d_q, linalg, out.w_recurrent)
     dbias_recurrent = column_sum(d_q.reshape(T * B, G))
     return GRUGrads(dx, dh0, dw_input, dw_recurrent, dbias_input, dbias_recurrent)

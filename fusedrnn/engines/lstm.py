@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import (NUMPY_LINALG, Linalg, carry, freeze, input_backward, input_projection, live_rows_linalg,
+from .common import (NO_OUT, NUMPY_LINALG, Linalg, WeightGradOut, carry, freeze, input_backward, input_projection, live_rows_linalg,
                      outer_sum, trace_arrays, zero_ended)
 
 
@@ -295,8 +295,9 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
                   options: LSTMOptions = CUDNN_LSTM, *, dh_steps: np.ndarray | None = None,
                   dc_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
                   dc_last: np.ndarray | None = None, valid: np.ndarray | None = None,
-                  need_dx: bool = True) -> LSTMGrads:
-    """Back-propagation through time for :func:`lstm_forward`.
+                  need_dx: bool = True, weight_grads_out: WeightGradOut = NO_OUT) -> LSTMGrads:
+    """Back-propagation through time for :func:`lstm_forward` (the weight gradients into
+    ``weight_grads_out``'s arrays where given: :func:`gradients`).
 
     ``dh_steps[T, B, Hout]`` / ``dc_steps[T, B, H]`` are the direct gradients of each
     step's emitted ``h_t`` / ``c_t``; ``dh_last`` / ``dc_last`` those of the final
@@ -339,13 +340,14 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
         dc = carry(v, dc_prev, dc)
 
     return gradients(x, trace, w, options, d_gates, dh_total, dh, dc, need_dx,
-                     live_rows_linalg(valid, NUMPY_LINALG))
+                     live_rows_linalg(valid, NUMPY_LINALG), weight_grads_out)
 
 
 def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOptions,
               d_gates: np.ndarray, dh_total: np.ndarray | None, dh0: np.ndarray, dc0: np.ndarray,
-              need_dx: bool, linalg: Linalg | None = None) -> LSTMGrads:
-    """Everything after the time loop: the all-steps GEMMs and sums over T·B rows.
+              need_dx: bool, linalg: Linalg | None = None, out: WeightGradOut = NO_OUT) -> LSTMGrads:
+    """Everything after the time loop: the all-steps GEMMs and sums over T·B rows (the weight
+    gradients, in i, f, c, o order, into ``out``'s arrays where given).
 
     ``w``: weights in i, f, c, o order; ``d_gates [T, B, 4H]``: pre-activation gradients
     (masked, i, f, c, o order); ``dh_total [T, B, P]`` (projection only): dL/dh_t of every
@@ -355,11 +357,11 @@ def gradients(x: np.ndarray, trace: LSTMTrace, w: LSTMWeights, options: LSTMOpti
     T = co_all.shape[0]
     H = c_states.shape[-1]
     peep = w.peepholes if options.use_peephole else None
-    dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx, linalg)
-    dw_recurrent = outer_sum(h_states[:T], d_gates, linalg)
+    dx, dw_input, dbias = input_backward(x, d_gates, w.w_input, 4, need_dx, linalg, out.w_input)
+    dw_recurrent = outer_sum(h_states[:T], d_gates, linalg, out.w_recurrent)
     dw_proj = None
     if w.w_proj is not None:
-        dw_proj = outer_sum(gate_activations(gates, 3) * co_all, dh_total, linalg)
+        dw_proj = outer_sum(gate_activations(gates, 3) * co_all, dh_total, linalg, out.w_proj)
     dpeepholes = None
     if peep is not None:
         sums = (linalg or NUMPY_LINALG).product_sum

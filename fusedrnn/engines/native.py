@@ -29,7 +29,7 @@ import numpy as np
 from .. import settings
 from . import gru, lstm, simple_rnn
 from .buffers import aligned_copy, aligned_empties, aligned_empty
-from .common import Linalg, input_projection, live_rows_linalg
+from .common import NO_OUT, Linalg, WeightGradOut, assign_2d, input_projection, live_rows_linalg
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -139,16 +139,21 @@ def _threads() -> int:
     return settings.get_num_threads()
 
 
-def _gram(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``aᵀ b`` over the N rows of ``a[N, m]``, ``b[N, n]`` on the engine's team; float32 sums
     over blocks of 64 rows added in float64 (at least as accurate as :func:`.common.gram`).
 
     Computed as ``bᵀ a`` into a C-contiguous ``[n, m]`` array and returned as its transpose (a
-    view; the same products summed in the same order, so the same bits): the weight gradients
-    go into the cuDNN layout ``[G·H, in]``, which is that array's layout, by a contiguous copy."""
+    view; the same products summed in the same order, so the same bits): the cuDNN layout's
+    ``[G·H, in]`` weight blocks have that layout, so ``out`` (the ``[m, n]`` result's place)
+    that is the transpose of such a block is written in place, nothing copied."""
     a, b = _c(a, a.dtype), _c(b, a.dtype)
-    out_t = aligned_empty((b.shape[1], a.shape[1]), a.dtype)
+    direct = out is not None and out.T.flags.c_contiguous and out.dtype == a.dtype
+    out_t = out.T if direct else aligned_empty((b.shape[1], a.shape[1]), a.dtype)
     settings.native_module().gemm(b, a, out_t, True, False, True, _threads())
+    if out is not None and not direct:
+        assign_2d(out, out_t.T)
+        return out
     return out_t.T
 
 
@@ -282,7 +287,7 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
                   options: LSTMOptions = CUDNN_LSTM, *, dh_steps: np.ndarray | None = None,
                   dc_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
                   dc_last: np.ndarray | None = None, valid: np.ndarray | None = None,
-                  need_dx: bool = True) -> lstm.LSTMGrads:
+                  need_dx: bool = True, weight_grads_out: WeightGradOut = NO_OUT) -> lstm.LSTMGrads:
     """:func:`.lstm.lstm_backward` with the time loop native."""
     native = settings.native_module()
     w = lstm.ifco_weights(weights, options)
@@ -301,7 +306,7 @@ def lstm_backward(x: np.ndarray, trace: lstm.LSTMTrace, weights: lstm.LSTMWeight
                          _c(w.w_proj, dtype), _c(dh_steps, dtype), _c(dc_steps, dtype),
                          _mask(valid), d_gates, dh_total, dh, dc, _threads())
     return lstm.gradients(x, lstm.LSTMTrace(gates, c_states, co, h_states), w, options, d_gates,
-                          dh_total, dh, dc, need_dx, _live_linalg(valid))
+                          dh_total, dh, dc, need_dx, _live_linalg(valid), weight_grads_out)
 
 
 # ----------------------------------------------------------------------------------------
@@ -334,7 +339,8 @@ def gru_forward(x: np.ndarray, h0: np.ndarray, weights: gru.GRUWeights,
 
 def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
                  dh_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
-                 valid: np.ndarray | None = None, need_dx: bool = True) -> gru.GRUGrads:
+                 valid: np.ndarray | None = None, need_dx: bool = True,
+                 weight_grads_out: WeightGradOut = NO_OUT) -> gru.GRUGrads:
     """:func:`.gru.gru_backward` with the time loop native."""
     native = settings.native_module()
     dtype = trace.gates.dtype
@@ -346,7 +352,7 @@ def gru_backward(x: np.ndarray, trace: gru.GRUTrace, weights: gru.GRUWeights, *,
     dh = aligned_copy(np.zeros((B, H)) if dh_last is None else dh_last, dtype)
     native.gru_backward(gates, q_h, h_states, _strided(weights.w_recurrent, dtype), _c(dh_steps, dtype),
                         _mask(valid), d_a, d_q, dh, _threads())
-    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, _live_linalg(valid))
+    return gru.gradients(x, h_states, weights, d_a, d_q, dh, need_dx, _live_linalg(valid), weight_grads_out)
 
 
 # ----------------------------------------------------------------------------------------
@@ -373,7 +379,7 @@ def rnn_forward(x: np.ndarray, h0: np.ndarray, weights: simple_rnn.RNNWeights, a
 def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.RNNWeights,
                  activation: str, *, dh_steps: np.ndarray | None = None,
                  dh_last: np.ndarray | None = None, valid: np.ndarray | None = None,
-                 need_dx: bool = True) -> simple_rnn.RNNGrads:
+                 need_dx: bool = True, weight_grads_out: WeightGradOut = NO_OUT) -> simple_rnn.RNNGrads:
     """:func:`.simple_rnn.rnn_backward` with the time loop native."""
     native = settings.native_module()
     dtype = trace.h.dtype
@@ -384,4 +390,5 @@ def rnn_backward(x: np.ndarray, trace: simple_rnn.RNNTrace, weights: simple_rnn.
     dh = aligned_copy(np.zeros((B, H)) if dh_last is None else dh_last, dtype)
     native.rnn_backward(h_states, _strided(weights.w_recurrent, dtype), activation == "relu",
                         _c(dh_steps, dtype), _mask(valid), d_pre, dh, _threads())
-    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, _live_linalg(valid))
+    return simple_rnn.gradients(x, h_states, weights, d_pre, dh, need_dx, _live_linalg(valid),
+                                weight_grads_out)

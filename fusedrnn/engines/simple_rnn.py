@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import (NUMPY_LINALG, Linalg, carry, freeze, input_backward, input_projection, live_rows_linalg,
+from .common import (NO_OUT, NUMPY_LINALG, Linalg, WeightGradOut, carry, freeze, input_backward, input_projection, live_rows_linalg,
                      outer_sum, trace_arrays, zero_ended)
 
 
@@ -68,7 +68,8 @@ class RNNGrads(NamedTuple):
 
 def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation: str, *,
                  dh_steps: np.ndarray | None = None, dh_last: np.ndarray | None = None,
-                 valid: np.ndarray | None = None, need_dx: bool = True) -> RNNGrads:
+                 valid: np.ndarray | None = None, need_dx: bool = True,
+                 weight_grads_out: WeightGradOut = NO_OUT) -> RNNGrads:
     h_states = trace.h
     T = h_states.shape[0] - 1
     B, H = h_states.shape[1:]
@@ -88,14 +89,16 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
             np.multiply(dh, h > 0, out=da)
         zero_ended(v, da)
         dh = carry(v, da @ w_rec_t, dh)
-    return gradients(x, h_states, weights, d_pre, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG))
+    return gradients(x, h_states, weights, d_pre, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG),
+                     weight_grads_out)
 
 
 def gradients(x: np.ndarray, h_states: np.ndarray, weights: RNNWeights, d_pre: np.ndarray,
-              dh0: np.ndarray, need_dx: bool, linalg: Linalg | None = None) -> RNNGrads:
+              dh0: np.ndarray, need_dx: bool, linalg: Linalg | None = None,
+              out: WeightGradOut = NO_OUT) -> RNNGrads:
     """Everything after the time loop, from ``d_pre [T, B, H]`` (masked pre-activation
-    gradients) and ``dh0``: the all-steps GEMMs and sums."""
+    gradients) and ``dh0``: the all-steps GEMMs (into ``out``'s arrays where given) and sums."""
     T = d_pre.shape[0]
-    dx, dw_input, dbias = input_backward(x, d_pre, weights.w_input, 1, need_dx, linalg)
-    dw_recurrent = outer_sum(h_states[:T], d_pre, linalg)
+    dx, dw_input, dbias = input_backward(x, d_pre, weights.w_input, 1, need_dx, linalg, out.w_input)
+    dw_recurrent = outer_sum(h_states[:T], d_pre, linalg, out.w_recurrent)
     return RNNGrads(dx, dh0, dw_input, dw_recurrent, dbias)
