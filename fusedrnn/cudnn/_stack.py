@@ -206,22 +206,17 @@ def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarra
 
 
 def _zero_ended(a: np.ndarray, valid: np.ndarray | None) -> None:
-    """``a[~valid] = 0`` for a ``[T, B, ·]`` array and a ``[T, B]`` mask whose valid rows are, at
-    every step, the first ones of the batch (sorted by decreasing length, :func:`_batch_order`):
-    each step's trailing rows zeroed.  Zeroed, not multiplied by the mask: padding that holds
-    NaN or Inf must not reach anything (cuDNN never reads it), and this writes only the ended
-    rows (np.where's temporary and select took 3.5x as long as a copy and this at T = 50,
-    B = 32, H = 256)."""
-    if valid is None:
-        return
-    B = valid.shape[1]
-    for t, live in enumerate(np.count_nonzero(valid, axis=1).tolist()):
-        if live < B:
-            a[t, live:] = 0
+    """``a[~valid] = 0`` for a ``[T, B, ·]`` array and its ``[T, B]`` mask: the rows of ended
+    sequences zeroed.  Zeroed, not multiplied by the mask: padding that holds NaN or Inf must not
+    reach anything (cuDNN never reads it), and this writes only those rows (np.where's temporary
+    and select took 3.5x as long as a copy and this at T = 50, B = 32, H = 256; a loop over the
+    steps zeroing each one's trailing rows of the sorted batch 1.7x as long as this)."""
+    if valid is not None:
+        a[~valid] = 0
 
 
 def _copy_valid(dst: np.ndarray, src: np.ndarray, valid: np.ndarray | None) -> None:
-    """``dst[...] = where(valid, src, 0)`` (a sorted batch, :func:`_zero_ended`)."""
+    """``dst[...] = where(valid, src, 0)`` (:func:`_zero_ended`)."""
     dst[...] = src
     _zero_ended(dst, valid)
 
