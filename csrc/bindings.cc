@@ -155,7 +155,7 @@ void lstm_backward(py::object gates, py::object c, py::object co, py::object h, 
                         strided<T>(w_rec, "w_rec"), in<T>(peep, "peep"), in<T>(w_proj, "w_proj"),
                         in<T>(dh_steps, "dh_steps"), in<T>(dc_steps, "dc_steps"), mask(valid),
                         out<T>(d_gates, "d_gates"), out<T>(dh_total, "dh_total"), out<T>(dh, "dh"),
-                        out<T>(dc, "dc")};
+                        out<T>(dc, "dc"), {}};
   if (planes) {
     const auto tuple = gates.cast<py::tuple>();
     if (tuple.size() != 4) throw std::invalid_argument("gates: 4 planes expected");
