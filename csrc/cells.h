@@ -132,14 +132,15 @@ inline void add_columns(T* to, const T* from, int64_t begin, int64_t end) {
 
 // The recurrent and input matrices a forward loop reads unpacked (data null: packed), by
 // reads_unpacked (`columns`: G·H, both matrices' width): R whenever its layout and size say so,
-// W only for a single row of a single step
+// W only for a single step of at most kOnceMaxRows rows
 // (projections of more rows run faster packed: docs/performance.md).
+constexpr int64_t kOnceMaxRows = 16;  // the rows of a single step read in place (reads_unpacked)
 template <class T>
 struct UnpackedWeights {
   StridedMatrix<T> rec, in;
   UnpackedWeights(int64_t steps, int64_t batch, const StridedMatrix<T>& w_rec, int64_t rec_depth,
                   const StridedMatrix<T>& w_in, int64_t in_depth, int64_t columns, bool has_x) {
-    const bool once = steps * batch == 1;
+    const bool once = steps == 1 && batch <= kOnceMaxRows;
     if (reads_unpacked(batch, w_rec, rec_depth, columns, once)) rec = w_rec;
     if (has_x && once && reads_unpacked(batch, w_in, in_depth, columns, once)) in = w_in;
   }

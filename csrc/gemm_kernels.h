@@ -434,21 +434,24 @@ void unpacked_product(int64_t M, const T* a, int64_t lda, int64_t K, const Strid
 // a sequence: H = 128 inference ran 5 % slower unpacked, H = 256, 512 10 % faster on an AVX2 VM
 // with 512 KiB of L2; a packed matrix that stays in L2 is read faster by the packed kernel's
 // full-line loads: H = 256 (1 MiB) inference 13-19 % faster packed with 2 MiB of L2, H = 512
-// 0-4 % slower; docs/performance.md), or — `once`: the product is used for a single row of a single
-// step (T · B = 1: LSTMBlockCell at B = 1, a CudnnRNN generation step), where packing is a whole
-// extra pass over m — its columns contiguous at any depth (a CudnnRNN step at H = 128: 102 ->
-// 61 µs, H = 200: 163 -> 90 µs) or its rows (axpy_rows: the packed kernel's bits).  Not the
+// 0-4 % slower; docs/performance.md), or — `once`: the product is used for a single step of at
+// most kOnceMaxRows rows (T = 1: LSTMBlockCell, a CudnnRNN generation step), where packing is a
+// whole extra pass over m — its columns contiguous at any depth and any of those batches (each
+// pass of 8 columns stays in L1 for all rows: a CudnnRNN step at H = 128, B = 1: 102 -> 61 µs,
+// H = 200: 163 -> 90 µs; H = 512, B = 2 / 8 / 16: 0.38 / 0.67 / 0.74x the time, B = 32 1.01x)
+// or, for one row, its rows (axpy_rows: the packed kernel's bits; it re-reads m for every
+// row: LSTMBlockCell at B = 16, n = 512 ran 2.1x as long).  Not the
 // backward's Rᵀ: read in place every step, its rows 4·P bytes apart cost a TLB miss each
 // (H = 128–1024 training ran 5–30 % slower), and packing them is a plain copy.
 constexpr int64_t kUnpackedMinDepth = 256;
 template <class T>
 inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t depth,
                            int64_t columns, bool once) {
-  if (batch != 1 || !m.data || !unpacked_steps.load(std::memory_order_relaxed)) return false;
+  if (!m.data || !unpacked_steps.load(std::memory_order_relaxed)) return false;
   if (m.rs == 1)
-    return once || (depth >= kUnpackedMinDepth &&
+    return once || (batch == 1 && depth >= kUnpackedMinDepth &&
                     2 * depth * columns * int64_t(sizeof(T)) > l2_cache_bytes());
-  return once && m.cs == 1;
+  return once && batch == 1 && m.cs == 1;
 }
 
 // Column group g of m (G groups of `columns` columns; `blocks`: the column block holding group

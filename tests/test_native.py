@@ -554,11 +554,12 @@ def test_single_step_reads_row_major_weights_in_place(use_peephole, dtype, n, I)
 
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
 @pytest.mark.parametrize("H, I", [(100, 300), (100, 40), (300, 100)])
-def test_single_step_cudnn_reads_both_matrices_in_place(mode, H, I):
-    """CudnnRNN with T = 1, B = 1: x W and h R are read by columns in place at any depth
-    (dot_columns), so the results differ from the packed path's in the last bits; both agree
-    with NumPy's float64."""
-    case = Case(mode=mode, batch=1, max_time=1, num_units=H, input_size=I)
+@pytest.mark.parametrize("B", [1, 5, 16])
+def test_single_step_cudnn_reads_both_matrices_in_place(mode, H, I, B):
+    """CudnnRNN with T = 1 and B ≤ 16 (kOnceMaxRows): x W and h R are read by columns in place
+    at any depth (dot_columns), so the results differ from the packed path's in the last bits;
+    both agree with NumPy's float64."""
+    case = Case(mode=mode, batch=B, max_time=1, num_units=H, input_size=I)
     prob = make_problem(case, 3, np.float32)
     with settings.backend("native"):
         got = forward_v3(prob)
@@ -568,6 +569,20 @@ def test_single_step_cudnn_reads_both_matrices_in_place(mode, H, I):
     truth = cudnn_both(case, np.float64, seed=3)["numpy"][:3]
     for result in (got, want):
         assert_close(truth, (result.output, result.output_h, result.output_c), np.float32, mode)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_single_steps_of_more_rows_are_packed(mode):
+    """Past kOnceMaxRows rows (and for a second step) the weights are packed: the packed path's
+    bits."""
+    for batch, steps in ((17, 1), (4, 2)):
+        case = Case(mode=mode, batch=batch, max_time=steps, num_units=40, input_size=30)
+        prob = make_problem(case, 3, np.float32)
+        with settings.backend("native"):
+            got = forward_v3(prob)
+            with packed_steps():
+                want = forward_v3(prob)
+        assert np.array_equal(got.output, want.output), (mode, batch, steps)
 
 
 # Batch slices (csrc/cells.h runs_in_slices): an LSTM or GRU forward loop of H ≤ 256 units with
