@@ -33,10 +33,11 @@ struct LstmForwardJob {
   T *gates, *co, *c;
 
   // One batch row's gate math for units [u0, u1), a vector of units at a time, every lane the
-  // same IEEE operations in the NumPy engine's order: g (the recurrent GEMM's output) becomes
-  // the activations i, f, c', o; c_next, co = tanh(c_next) and out = o ⊙ co are written.
-  void gate_math(T* g, const T* xg, const T* cp, T* cn, T* co, T* out, int64_t u0,
-                 int64_t u1) const {
+  // same IEEE operations in the NumPy engine's order: from g (the recurrent GEMM's output) the
+  // activations i, f, c', o go to act[0..3] (g's own gate blocks, or the trace's gate planes);
+  // c_next, co = tanh(c_next) and out = o ⊙ co are written.
+  void gate_math(const T* g, const T* xg, const T* cp, T* cn, T* co, T* out, T* const act[4],
+                 int64_t u0, int64_t u1) const {
     constexpr int W = Vec<T>::width;
     const int64_t H = a.units;
     const T* peep = a.peep;
@@ -66,10 +67,10 @@ struct LstmForwardJob {
         c = c < lo ? lo : c;
         c = c > hi ? hi : c;
       }
-      store_n(g + u, gi, n);
-      store_n(g + H + u, gf, n);
-      store_n(g + 2 * H + u, gc, n);
-      store_n(g + 3 * H + u, go, n);
+      store_n(act[0] + u, gi, n);
+      store_n(act[1] + u, gf, n);
+      store_n(act[2] + u, gc, n);
+      store_n(act[3] + u, go, n);
       store_n(cn + u, c, n);
     }
     // Second pass (each pass's iterations are independent, so the out-of-order core overlaps
@@ -77,11 +78,11 @@ struct LstmForwardJob {
     for (int64_t u = u0; u < u1; u += W) {
       const int64_t n = u1 - u < W ? u1 - u : W;
       const V<T> c = load_n(cn + u, n);
-      V<T> go = load_n(g + 3 * H + u, n);
+      V<T> go = load_n(act[3] + u, n);
       if (peep) go = tanh_vec<T>(go + c * load_n(peep + 2 * H + u, n));
       go = (go + one) * half;
       const V<T> c_out = tanh_vec<T>(c);
-      store_n(g + 3 * H + u, go, n);
+      store_n(act[3] + u, go, n);
       store_n(co + u, c_out, n);
       store_n(out + u, go * c_out, n);
     }
@@ -97,7 +98,8 @@ struct LstmForwardJob {
     const int64_t c_slots = a.keep_trace ? T_ + 1 : 2, step_slots = a.keep_trace ? T_ : 1;
     const int64_t slot_rows = a.keep_trace ? S : B;  // the caller's trace, or the own buffers
     T* const* planes = a.keep_trace && a.gate_planes[0] ? a.gate_planes : nullptr;
-    // the gates' GEMM output and activations: in the trace, or (planes, no trace) one step's buffer
+    // the gates' GEMM output (and, interleaved, their activations): in the trace, or (planes)
+    // one step's buffer
     const int64_t gate_slots = planes ? 1 : step_slots, gate_rows = planes ? B : slot_rows;
     T* work = a_packs->of(p);
     PhaseWalk walk(*queue, p);
@@ -143,12 +145,13 @@ struct LstmForwardJob {
         }
         for (int64_t b = 0; b < live; ++b) {
           T* out = a.w_proj ? m + b * H : h_next + b * P;
-          gate_math(g_t + b * G, xg_t + b * G, c_prev_t + b * H, c_next_t + b * H,
-                    co_t + b * H, out, u0, u1);
-          if (planes)  // from the step buffer, while in L1
-            for (int k = 0; k < 4; ++k)
-              std::memcpy(planes[k] + (t * S + b) * H + u0, g_t + b * G + k * H + u0,
-                          size_t(u1 - u0) * sizeof(T));
+          T* const g = g_t + b * G;
+          T* const act[4] = {planes ? planes[0] + (t * S + b) * H : g,
+                             planes ? planes[1] + (t * S + b) * H : g + H,
+                             planes ? planes[2] + (t * S + b) * H : g + 2 * H,
+                             planes ? planes[3] + (t * S + b) * H : g + 3 * H};
+          gate_math(g, xg_t + b * G, c_prev_t + b * H, c_next_t + b * H, co_t + b * H, out, act,
+                    u0, u1);
           if (valid && !valid[b]) {
             T* cn = c_next_t + b * H;
             const T* cp = c_prev_t + b * H;
