@@ -622,8 +622,7 @@ def lstm_block_cell_grad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, c
         cd = compute_dtype(dtype)
         i, cs, f, o, ci, co, cs_grad, h_grad, c_prev = _cast(
             cd, *(a[name] for name in (*_GATE_OUTPUTS, "cs_grad", "h_grad", "cs_prev")))
-        output_factor, cell_factor, gate_factor = backward_factors(np.concatenate([i, f, ci, o], axis=-1),
-                                                                   c_prev, co)
+        output_factor, cell_factor, gate_factor = backward_factors((i, f, ci, o), c_prev, co)
         peep = tuple(_cast(cd, *(a[p] for p in _PEEPHOLES))) if use_peephole else None
         d_gates = np.empty((B, 4 * n), cd)  # i, f, c', o
         cs_prev_grad[...] = step_gradients(h_grad, cs_grad, output_factor, cell_factor, gate_factor, f, peep,

@@ -57,4 +57,4 @@ from ._results import (CanonicalParams, CudnnRNNBackpropResult, CudnnRNNResult, 
 from ._stack import (_TRACE_TYPES, _activation, _backward, _check_shape, _dropout_mask,  # noqa: F401
                      _dropout_scale, _engine_backward, _engine_forward, _engine_weights, _ensure_fits,
                      _estimate_nbytes, _forward, _reserved_trace, _scan, _to_time_major,
-                     _write_param_grads)
+                     _write_bias_grads)

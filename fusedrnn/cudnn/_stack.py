@@ -19,7 +19,7 @@ from ..engines import lstm as lstm_engine
 from ..engines import native as native_engine
 from ..engines import simple_rnn as rnn_engine
 from ..engines.buffers import aligned_copy, aligned_empty, aligned_zeros
-from ..engines.common import NO_OUT, WeightGradOut, assign_2d
+from ..engines.common import NO_OUT, WeightGradOut, zero_ended
 from ..layout import RNNConfig
 from ..validate import compute_dtype, float_arrays, shape_str
 from ._resolve import _Attrs, _Problem, _resolve
@@ -84,33 +84,21 @@ def _engine_backward(mode: str, x, trace, weights, dh_steps, dh_last, dc_last, v
     return engine.rnn_backward(x, trace, weights, _activation(mode), **kwargs)
 
 
-def _weight_grads_out(config: RNNConfig, grad_flat: np.ndarray, p: int) -> WeightGradOut:
-    """Pseudo-layer ``p``'s weight-gradient blocks of ``grad_flat`` as the engines' ``[in, G·H]``
-    matrices (transposed views): the backward's GEMMs write there, nothing is copied."""
-    v = layout.pseudo_layer_views(grad_flat, config, p)
+def _weight_grads_out(v: layout.PseudoLayerParams) -> WeightGradOut:
+    """A pseudo-layer's weight-gradient blocks (its views into the flat gradient) as the engines'
+    ``[in, G·H]`` matrices (transposed views): the backward's GEMMs write there, nothing is copied."""
     return WeightGradOut(*(None if m is None else m.T for m in (v.w_input, v.w_recurrent, v.w_proj)))
 
 
-def _assign_param(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src`` unless ``src`` is ``dst`` itself (a gradient written in place)."""
-    if (src.__array_interface__["data"][0] != dst.__array_interface__["data"][0]
-            or src.strides != dst.strides or src.shape != dst.shape):
-        assign_2d(dst, src)
-
-
-def _write_param_grads(config: RNNConfig, grad_flat: np.ndarray, p: int, grads) -> None:
-    v = layout.pseudo_layer_views(grad_flat, config, p)
-    if v.w_input is not None:
-        _assign_param(v.w_input, grads.dw_input.T)
-    _assign_param(v.w_recurrent, grads.dw_recurrent.T)
+def _write_bias_grads(config: RNNConfig, v: layout.PseudoLayerParams, grads) -> None:
+    """The bias gradients into a pseudo-layer's views (its weight gradients are written in place:
+    :func:`_weight_grads_out`)."""
     if config.rnn_mode == "gru":
         v.bias_input[...] = grads.dbias_input
         v.bias_recurrent[...] = grads.dbias_recurrent
     else:
         v.bias_input[...] = grads.dbias
         v.bias_recurrent[...] = grads.dbias
-    if v.w_proj is not None:
-        _assign_param(v.w_proj, grads.dw_proj.T)
 
 
 def _scan(a: np.ndarray | None, direction: int):
@@ -205,20 +193,12 @@ def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarra
     return np.take(a, inverse, axis=axis)
 
 
-def _zero_ended(a: np.ndarray, valid: np.ndarray | None) -> None:
-    """``a[~valid] = 0`` for a ``[T, B, ·]`` array and its ``[T, B]`` mask: the rows of ended
-    sequences zeroed.  Zeroed, not multiplied by the mask: padding that holds NaN or Inf must not
-    reach anything (cuDNN never reads it), and this writes only those rows (np.where's temporary
-    and select took 3.5x as long as a copy and this at T = 50, B = 32, H = 256; a loop over the
-    steps zeroing each one's trailing rows of the sorted batch 1.7x as long as this)."""
-    if valid is not None:
-        a[~valid] = 0
-
-
 def _copy_valid(dst: np.ndarray, src: np.ndarray, valid: np.ndarray | None) -> None:
-    """``dst[...] = where(valid, src, 0)`` (:func:`_zero_ended`)."""
+    """``dst[...] = where(valid, src, 0)`` for ``[T, B, ·]`` arrays and their ``[T, B]`` mask: a
+    copy, then the ended rows zeroed (:func:`.common.zero_ended`; np.where's temporary and select
+    took 3.5x as long at T = 50, B = 32, H = 256)."""
     dst[...] = src
-    _zero_ended(dst, valid)
+    zero_ended(valid, dst)
 
 
 def _to_time_major(x: np.ndarray, time_major: bool) -> np.ndarray:
@@ -326,7 +306,7 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
         dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
     if not problem.full_length:
         valid = _rows(problem.valid_mask(), order)
-        _zero_ended(d_out, valid)  # padded steps ignore output_backprop, even NaN or Inf there
+        zero_ended(valid, d_out)  # padded steps ignore output_backprop, even NaN or Inf there
     x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
     # every element is written below (the pseudo-layers' views cover the buffer once), unless
     # the batch or the sequence is empty
@@ -340,12 +320,12 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
             p = layer * D + d
             weights = _engine_weights(config, flat, p)
             trace = _reserved_trace(views, config, T, B, p)
+            grad_views = layout.pseudo_layer_views(grad_flat, config, p)
             grads = _engine_backward(
                 config.rnn_mode, _scan(layer_in, d), trace, weights,
                 dh_steps=_scan(d_out[:, :, d * Hout:(d + 1) * Hout], d),
                 dh_last=dh_final[p], dc_last=None if dc_final is None else dc_final[p],
-                valid=_scan(valid, d), need_dx=True,
-                weight_grads_out=_weight_grads_out(config, grad_flat, p))
+                valid=_scan(valid, d), need_dx=True, weight_grads_out=_weight_grads_out(grad_views))
             if d_in is None:
                 d_in = grads.dx  # scan order of direction 0 is time order
             else:
@@ -353,15 +333,15 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
             dh0[p] = grads.dh0
             if is_lstm:
                 dc0[p] = grads.dc0
-            _write_param_grads(config, grad_flat, p, grads)
+            _write_bias_grads(config, grad_views, grads)
         if layer > 0:
             if dropout_applied:
                 d_in *= views[f"dropout_mask_{layer}"]
-            _zero_ended(d_in, valid)
+            zero_ended(valid, d_in)
             d_out = d_in
         else:
             d_x = d_in
-    _zero_ended(d_x, valid)
+    zero_ended(valid, d_x)
     if order is not None:
         d_x, dh0 = _unsort(d_x, order), _unsort(dh0, order)
         dc0 = _unsort(dc0, order) if is_lstm else None

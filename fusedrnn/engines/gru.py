@@ -121,8 +121,8 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         np.multiply(d_n, q_h_all[t] * r * (1 - r), out=da[:, :H])
         dq[:, :2 * H] = da[:, :2 * H]
         np.multiply(d_n, r, out=dq[:, 2 * H:])
-        zero_ended(v, da)
-        zero_ended(v, dq)
+        zero_ended(None if valid is None else valid[t], da)
+        zero_ended(None if valid is None else valid[t], dq)
         dh_prev = dq @ w_rec_t
         dh_prev += dh * u
         dh = carry(v, dh_prev, dh)

@@ -130,11 +130,14 @@ def trace_shapes(T: int, B: int, H: int, Hout: int) -> list:
 
 
 def halved_peepholes(w: LSTMWeights, options: LSTMOptions, dtype):
-    """The peepholes (wci, wcf, wco) halved (they act on the halved sigmoid pre-activations), or
-    None without peepholes."""
+    """The peepholes (wci, wcf, wco) stacked ``[3, H]`` and halved (they act on the halved
+    sigmoid pre-activations; one array, as the native kernel reads them), or None without
+    peepholes."""
     if not options.use_peephole:
         return None
-    return tuple(p * dtype.type(0.5) for p in w.peepholes)
+    stacked = np.stack(w.peepholes).astype(dtype, copy=False)
+    stacked *= dtype.type(0.5)
+    return stacked
 
 
 def recurrent_operands(w: LSTMWeights, options: LSTMOptions, dtype):
@@ -221,11 +224,6 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: LSTMWei
     return LSTMTrace(gates, c_states, co_all, h_states)
 
 
-def interleaved_gates(gates) -> np.ndarray:
-    """A trace's gates as one [T, B, 4H] array (i, f, c, o), from planes if need be."""
-    return np.concatenate(gates, axis=-1) if isinstance(gates, tuple) else gates
-
-
 def gate_activations(gates, k: int) -> np.ndarray:
     """Gate ``k``'s (0..3: i, f, c, o) activations [T, B, H] of a trace's gates (either form)."""
     if isinstance(gates, tuple):
@@ -253,19 +251,20 @@ class LSTMGrads(NamedTuple):
     dpeepholes: tuple | None
 
 
-def backward_factors(gates: np.ndarray, c_prev: np.ndarray, co: np.ndarray) -> tuple:
+def backward_factors(gates, c_prev: np.ndarray, co: np.ndarray) -> tuple:
     """What the gate gradients need of the trace alone, for any leading axes (``[T, B]`` or
-    ``[B]``): ``gates [..., 4H]`` (activations i, f, c', o), ``c_prev, co [..., H]`` →
+    ``[B]``): ``gates`` (activations i, f, c', o: ``[..., 4H]`` or the four planes ``[..., H]``,
+    :class:`LSTMTrace`), ``c_prev, co [..., H]`` →
     ``(output_factor = o (1-o) co`` = ∂h/∂(o pre-activation) per unit of dm,
     ``cell_factor = (1 - co²) o`` = ∂m/∂c, ``gate_factor [..., 3, H]`` = ∂c/∂(i, f, c'
     pre-activations): ``c' i (1-i), c_prev f (1-f), i (1 - c'²))``."""
+    i, f, cc, o = (gate_activations(gates, k) for k in range(4))
     H = co.shape[-1]
-    i, f, cc, o = (gates[..., k * H:(k + 1) * H] for k in range(4))
     output_factor = o * (1 - o)
     output_factor *= co
     cell_factor = 1 - co * co
     cell_factor *= o
-    gate_factor = np.empty(co.shape[:-1] + (3, H), dtype=gates.dtype)
+    gate_factor = np.empty(co.shape[:-1] + (3, H), dtype=co.dtype)
     np.multiply(cc, i * (1 - i), out=gate_factor[..., 0, :])
     np.multiply(c_prev, f * (1 - f), out=gate_factor[..., 1, :])
     np.multiply(i, 1 - cc * cc, out=gate_factor[..., 2, :])
@@ -306,11 +305,9 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     """
     w = ifco_weights(weights, options)
     gates, c_states, co_all, h_states = trace
-    gates = interleaved_gates(gates)
-    T, B = gates.shape[:2]
-    H = c_states.shape[-1]
+    T, B, H = co_all.shape
     Hout = h_states.shape[-1]
-    dtype = gates.dtype
+    dtype = co_all.dtype
     peep = w.peepholes if options.use_peephole else None
     d_gates = np.empty((T, B, 4 * H), dtype=dtype)
     dh_total = np.empty((T, B, Hout), dtype=dtype) if w.w_proj is not None else None
@@ -320,7 +317,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     w_proj_t = None if w.w_proj is None else np.ascontiguousarray(w.w_proj.T)
     # Everything that depends only on the trace, for all steps at once.
     output_factor, cell_factor, gate_factor = backward_factors(gates, c_states[:T], co_all)
-    f = gates[:, :, H:2 * H]
+    f = gate_activations(gates, 1)
     for t in range(T - 1, -1, -1):
         v = None if valid is None else valid[t, :, None]
         if dh_steps is not None:
@@ -334,7 +331,7 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
             dm = dh
         dg = d_gates[t]
         dc_prev = step_gradients(dm, dc, output_factor[t], cell_factor[t], gate_factor[t], f[t], peep, dg)
-        zero_ended(v, dg)
+        zero_ended(None if valid is None else valid[t], dg)
         dh_prev = dg @ w_rec_t
         dh = carry(v, dh_prev, dh)
         dc = carry(v, dc_prev, dc)

@@ -128,13 +128,6 @@ def _peepholes(peep) -> np.ndarray | None:
     return None if peep is None else np.ascontiguousarray(np.stack(peep))
 
 
-def _halved_peepholes(peep: tuple, dtype) -> np.ndarray:
-    """(wci, wcf, wco) stacked [3, H] and halved (:func:`.lstm.halved_peepholes`' values)."""
-    stacked = np.stack(peep).astype(dtype, copy=False)
-    stacked *= dtype.type(0.5)
-    return stacked
-
-
 def _threads() -> int:
     return settings.get_num_threads()
 
@@ -262,7 +255,7 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, weights: lstm.LS
     else:
         x_in, w_in, bias = _c(x, dtype), _strided(w.w_input, dtype), _c(w.bias, dtype)
     w_rec, w_proj = _strided(w.w_recurrent, dtype), _c(w.w_proj, dtype)
-    peepholes = _halved_peepholes(w.peepholes, dtype) if options.use_peephole else None
+    peepholes = lstm.halved_peepholes(w, options, dtype)
     if not (keep_trace or out is not None):
         h_states, c_last = lstm_inference(x_in, h0, c0, w_in, w_rec, bias, w_proj, x_gates=x_gates,
                                           peepholes=peepholes, valid=_mask(valid),

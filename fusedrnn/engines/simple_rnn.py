@@ -87,7 +87,7 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
             np.multiply(dh, 1 - h * h, out=da)
         else:
             np.multiply(dh, h > 0, out=da)
-        zero_ended(v, da)
+        zero_ended(None if valid is None else valid[t], da)
         dh = carry(v, da @ w_rec_t, dh)
     return gradients(x, h_states, weights, d_pre, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG),
                      weight_grads_out)
