@@ -300,6 +300,21 @@ void product_sum(py::array a, py::array b, py::array out) {
   else t.product_sum_d(rows, cols, pa, a_rs, pb, b_rs, po);
 }
 
+// out[c] = Σ_r a[r, c] for a [rows, cols] with contiguous rows (any row stride): the order of
+// common.py column_sum.
+template <class T>
+void column_sum(py::array a, py::array out) {
+  const ssize_t item = ssize_t(sizeof(T));
+  const int64_t rows = a.shape(0), cols = a.shape(1);
+  const T* pa = static_cast<const T*>(a.data());
+  T* po = static_cast<T*>(out.mutable_data());
+  const int64_t a_rs = rows > 1 ? a.strides(0) / item : 0;
+  const EngineTable& t = table();
+  py::gil_scoped_release release;
+  if constexpr (std::is_same<T, float>::value) t.column_sum_f(rows, cols, pa, a_rs, po);
+  else t.column_sum_d(rows, cols, pa, a_rs, po);
+}
+
 }  // namespace
 }  // namespace fusedrnn
 
@@ -417,6 +432,20 @@ PYBIND11_MODULE(_native, m) {
     else throw py::type_error("product_sum sums float32 or float64");
   }, py::arg("a"), py::arg("b"), py::arg("out"),
      "out[c] = sum over rows of a[r, c] * b[r, c] (float64 sums in row order).");
+  m.def("column_sum", [](py::array a, py::array out) {
+    const ssize_t item = a.itemsize();
+    if (a.ndim() != 2 || out.ndim() != 1 || out.shape(0) != a.shape(1) ||
+        !a.dtype().is(out.dtype()) || !out.writeable())
+      throw py::value_error("column_sum needs a [rows, cols] and a writeable out [cols] of one dtype");
+    const bool cols_ok = a.shape(1) < 2 || (a.strides(1) == item && out.strides(0) == item);
+    const bool rows_ok = a.shape(0) < 2 || (a.strides(0) >= 0 && a.strides(0) % item == 0);
+    if (!cols_ok || !rows_ok)
+      throw py::value_error("column_sum needs contiguous rows (whole-element, non-negative row strides)");
+    if (has_dtype<float>(a)) column_sum<float>(a, out);
+    else if (has_dtype<double>(a)) column_sum<double>(a, out);
+    else throw py::type_error("column_sum sums float32 or float64");
+  }, py::arg("a"), py::arg("out"),
+     "out[c] = sum over rows of a[r, c], in the order of fusedrnn.engines.common.column_sum.");
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
   m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
   m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,

@@ -20,6 +20,7 @@ template <class T> void rnn_backward(const RnnBackwardArgs<T>& args, int threads
 template <class T> void gemm(const GemmArgs<T>& args, int threads);
 template <class T> void product_sum(int64_t rows, int64_t cols, const T* a, int64_t a_rs, const T* b,
                                     int64_t b_rs, T* out);
+template <class T> void column_sum(int64_t rows, int64_t cols, const T* a, int64_t a_rs, T* out);
 
 // Team size for a job whose phases split `blocks` panels each: never more threads than blocks.
 inline int team_size(int threads, int64_t blocks) {

@@ -173,6 +173,10 @@ struct EngineTable {
                         int64_t b_rs, float* out);
   void (*product_sum_d)(int64_t rows, int64_t cols, const double* a, int64_t a_rs, const double* b,
                         int64_t b_rs, double* out);
+  // out[c] = Σ_r a[r, c] over a [rows, cols] (row stride a_rs; columns contiguous): the order of
+  // fusedrnn/engines/common.py column_sum (csrc/sums.cc); one thread.
+  void (*column_sum_f)(int64_t rows, int64_t cols, const float* a, int64_t a_rs, float* out);
+  void (*column_sum_d)(int64_t rows, int64_t cols, const double* a, int64_t a_rs, double* out);
   // dst[i, j] = src[i, j] for a rows × cols matrix, both through element strides (an exact copy;
   // a transposing one in register tiles: csrc/pack.h copy_matrix); one thread.
   void (*copy_f)(int64_t rows, int64_t cols, const float* src, int64_t srs, int64_t scs, float* dst,

@@ -35,7 +35,8 @@ const EngineTable kTable = {
     &gru_forward<float>, &gru_forward<double>, &gru_backward<float>, &gru_backward<double>,
     &rnn_forward<float>, &rnn_forward<double>, &rnn_backward<float>, &rnn_backward<double>,
     &gemm<float>, &gemm<double>,
-    &product_sum<float>, &product_sum<double>, &copy_matrix<float>, &copy_matrix<double>,
+    &product_sum<float>, &product_sum<double>, &column_sum<float>, &column_sum<double>,
+    &copy_matrix<float>, &copy_matrix<double>,
     &tanh_hook<float>, &tanh_hook<double>, &gemm_hook<float>, &gemm_hook<double>,
 };
 

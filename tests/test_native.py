@@ -940,6 +940,35 @@ def test_product_sum_is_the_rounded_float64_sum(isa, dtype, T, B, k):
             native.product_sum(a.reshape(-1, k)[:, ::-1], c.reshape(-1, k), np.empty(k, dtype))
 
 
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("N,k", [(1, 1), (1, 2), (5, 3), (15, 9), (16, 8), (17, 33), (40, 31),
+                                 (100, 64), (257, 129), (1600, 40)])
+@pytest.mark.parametrize("values", ["mixed", "negative_zeros"])
+def test_column_sum_gives_numpys_bits(isa, dtype, N, k, values):
+    """The bias gradients' Σ_rows (the native Linalg's column_sum) are the NumPy reference's
+    (common.column_sum: float32 blocks of 16 rows, float64 totals) bit for bit, signed zeros
+    included, from contiguous and from strided rows (a wider array's columns)."""
+    from fusedrnn.engines import common
+    from fusedrnn.engines import native as native_engine
+    rng = np.random.default_rng(N * k)
+    if values == "mixed":
+        a = (rng.standard_normal((N, k)) * rng.choice([1e-4, 1.0, 1e4], size=(N, k))).astype(dtype)
+        a[rng.integers(0, N)] = -0.0
+    else:
+        a = np.full((N, k), -0.0, dtype)
+    wide = np.zeros((N, k + 3), dtype)
+    wide[:, :k] = a
+    expected = common.column_sum(a).tobytes()
+    for operand in (a, wide[:, :k]):
+        got = native_engine.LINALG.column_sum(operand)
+        assert got.dtype == dtype and got.shape == (k,)
+        assert got.tobytes() == expected
+    if k > 1:  # columns must be contiguous
+        with pytest.raises(ValueError):
+            native.column_sum(a[:, ::-1], np.empty(k, dtype))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("M,K,N", [(1, 1, 1), (5, 0, 3), (37, 700, 20), (130, 64, 257),
                                    (301, 300, 33), (400, 2100, 70)])  # rows split: ≥ 96 per thread

@@ -125,12 +125,14 @@ class Linalg(NamedTuple):
     = aᵀ b`` over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
     :func:`gram`; the result may be a transposed view; ``out``: the ``[m, n]`` array to return it
     in), ``matmul(a, b) = a @ b`` and
-    ``product_sum(a, b)`` (:func:`product_sum`'s sum, as exact).  :data:`NUMPY_LINALG` is NumPy's
-    BLAS and einsum; the native backend passes its own (the engine's team, no BLAS thread pool)."""
+    ``product_sum(a, b)`` (:func:`product_sum`'s sum, as exact), ``column_sum(a)``
+    (:func:`column_sum`'s sum, the same bits).  :data:`NUMPY_LINALG` is NumPy's BLAS and einsum;
+    the native backend passes its own (the engine's team, no BLAS thread pool)."""
 
     gram: Callable
     matmul: Callable
     product_sum: Callable = product_sum
+    column_sum: Callable = column_sum
 
 
 def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
@@ -164,7 +166,7 @@ def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
         out[rows] = linalg.matmul(live(a), b)
         return out
 
-    return Linalg(gram=gram, matmul=matmul, product_sum=linalg.product_sum)
+    return Linalg(gram=gram, matmul=matmul, product_sum=linalg.product_sum, column_sum=linalg.column_sum)
 
 
 class WeightGradOut(NamedTuple):
@@ -188,12 +190,12 @@ def input_backward(x: np.ndarray, d_pre: np.ndarray, w_input: np.ndarray | None,
 
     Returns ``(dx [T, B, in] or None, dw_input [in, G*H] or None, dbias [G*H])``; the sums over
     the T*B rows are ``linalg.gram`` (default :func:`gram`; into ``dw_out`` when given) and
-    :func:`column_sum`.
+    ``linalg.column_sum`` (default :func:`column_sum`).
     """
     linalg = linalg or NUMPY_LINALG
     T, B, n_in = x.shape
     flat = d_pre.reshape(T * B, d_pre.shape[-1])
-    dbias = column_sum(flat)
+    dbias = linalg.column_sum(flat)
     if w_input is None:
         dx = d_pre.reshape(T, B, num_gates, n_in).sum(axis=2) if need_dx else None
         return dx, None, dbias

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .common import (NO_OUT, NUMPY_LINALG, Linalg, WeightGradOut, carry, column_sum, freeze, input_backward, input_projection,
+from .common import (NO_OUT, NUMPY_LINALG, Linalg, WeightGradOut, carry, freeze, input_backward, input_projection,
                      live_rows_linalg, outer_sum, sigmoid, trace_arrays, zero_ended)
 
 
@@ -139,5 +139,5 @@ def gradients(x: np.ndarray, h_states: np.ndarray, weights: GRUWeights, d_a: np.
     T, B, G = d_q.shape
     dx, dw_input, dbias_input = input_backward(x, d_a, weights.w_input, 3, need_dx, linalg, out.w_input)
     dw_recurrent = outer_sum(h_states[:T], d_q, linalg, out.w_recurrent)
-    dbias_recurrent = column_sum(d_q.reshape(T * B, G))
+    dbias_recurrent = (linalg or NUMPY_LINALG).column_sum(d_q.reshape(T * B, G))
     return GRUGrads(dx, dh0, dw_input, dw_recurrent, dbias_input, dbias_recurrent)

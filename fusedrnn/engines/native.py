@@ -15,8 +15,8 @@ see ``docs/native_engine.md``).  Split of the work per pseudo-layer:
 * after the backward loop, the all-steps GEMMs (weight gradients ``xᵀ dG``, ``hᵀ dG`` and
   ``dx = dG Wᵀ``) run on the engine's team too (:data:`LINALG`, ``_native.gemm``): float32
   sums over blocks of 64 rows added in float64, no BLAS thread pool; so do the peephole sums
-  (``_native.product_sum``, float64 sums of the exact products, one thread); the bias sums stay
-  the engines' own (:mod:`.common`).
+  (``_native.product_sum``, float64 sums of the exact products, one thread) and the bias sums
+  (``_native.column_sum``: :func:`.common.column_sum`'s order, so its bits; one thread).
 
 Native workspace per call (besides the trace and gradients the caller sees):
 :func:`workspace_nbytes`, which the ``MemoryError`` estimates include.
@@ -29,7 +29,7 @@ import numpy as np
 from .. import settings
 from . import gru, lstm, simple_rnn
 from .buffers import aligned_copy, aligned_empties, aligned_empty
-from .common import NO_OUT, Linalg, WeightGradOut, assign_2d, input_projection, live_rows_linalg
+from .common import NO_OUT, Linalg, WeightGradOut, assign_2d, column_sum, input_projection, live_rows_linalg
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
@@ -170,7 +170,19 @@ def _product_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum)
+def _column_sum(a: np.ndarray) -> np.ndarray:
+    """``Σ_rows a`` for ``a[N, k]`` → ``[k]``: :func:`.common.column_sum`'s operations in its
+    order, so its bits (one thread; a single column, which NumPy sums pairwise, stays NumPy's)."""
+    if a.shape[1] < 2:
+        return column_sum(a)
+    if a.strides[1] != a.itemsize:
+        a = _c(a, a.dtype)
+    out = np.empty(a.shape[1], a.dtype)
+    settings.native_module().column_sum(a, out)
+    return out
+
+
+LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum, column_sum=_column_sum)
 
 
 def _live_linalg(valid: np.ndarray | None) -> Linalg:
