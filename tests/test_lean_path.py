@@ -114,3 +114,93 @@ def test_outputs_are_fresh_per_call():
     for a, b in zip(first[:3], kept):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(first.output, second.output)
+
+
+def _backward_inputs(prob, forward, time_major, seed=5):
+    rng = np.random.default_rng(seed)
+    output, output_h, output_c, reserve_space = forward
+    grads = [rng.standard_normal(a.shape).astype(a.dtype) for a in (output, output_h, output_c)]
+    return dict(_inputs(prob, time_major), output=output, output_h=output_h, output_c=output_c,
+                output_backprop=grads[0], output_h_backprop=grads[1], output_c_backprop=grads[2],
+                reserve_space=reserve_space)
+
+
+@pytest.mark.parametrize("time_major", [True, False], ids=["time_major", "batch_major"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_lean_training_and_backward_give_the_general_paths_bits(case, dtype, threads, time_major,
+                                                                monkeypatch):
+    """A training forward (its reserve included) and the backward from it, on the lean path and
+    on the general one (and through the public ops): the same bits."""
+    monkeypatch.setattr(settings, "_num_threads", threads)
+    prob = make_problem(case, seed=4).astype(dtype)
+    inputs = _inputs(prob, time_major)
+    lean = _lean.forward(_attrs_of(case), inputs, prob.lengths, time_major, True)
+    assert lean is not None  # the path under test ran
+    _assert_same(lean, _stack._forward(_attrs_of(case), inputs, prob.lengths, True, time_major))
+    public = fusedrnn.cudnn_rnn_v3(**inputs, sequence_lengths=prob.lengths, is_training=True,
+                                   time_major=time_major, **case.attrs())
+    _assert_same(public[:4], lean)
+    backward_inputs = _backward_inputs(prob, lean, time_major)
+    lean_grads = _lean.backward(_attrs_of(case), backward_inputs, prob.lengths, time_major)
+    assert lean_grads is not None
+    _assert_same(lean_grads, _stack._backward(_attrs_of(case), backward_inputs, prob.lengths, time_major))
+    public_grads = fusedrnn.cudnn_rnn_backprop_v3(**backward_inputs, sequence_lengths=prob.lengths,
+                                                  host_reserved=np.zeros((), np.int8),
+                                                  time_major=time_major, **case.attrs())
+    _assert_same(public_grads, lean_grads)
+    assert not np.shares_memory(lean_grads.input_backprop, backward_inputs["output_backprop"])
+
+
+@pytest.mark.parametrize("change", ["dropout", "short_sequence", "float16", "numpy_backend",
+                                    "memory_limit", "python_scalar_output_c"])
+def test_lean_training_leaves_other_calls_to_the_general_path(change, monkeypatch):
+    case = Case(mode="gru" if change == "python_scalar_output_c" else "lstm", num_layers=2,
+                input_size=5, num_units=6, batch=3, max_time=4)
+    dropout = 0.5 if change == "dropout" else 0.0
+    prob = make_problem(case, seed=1).astype(np.float16 if change == "float16" else np.float32)
+    inputs, lengths = _inputs(prob), prob.lengths
+    if change == "short_sequence":
+        lengths = np.array([4, 2, 4], np.int32)
+    if change == "memory_limit":
+        monkeypatch.setenv("FUSEDRNN_MEMORY_LIMIT", str(2**40))
+    attrs = _attrs(case.mode, case.input_mode, case.direction, dropout, 7, 9, case.num_proj)
+    with settings.backend("numpy" if change == "numpy_backend" else "native"):
+        if change != "python_scalar_output_c":
+            assert _lean.forward(attrs, inputs, lengths, True, True) is None
+        forward = _stack._forward(attrs, inputs, lengths, True, True)
+        backward_inputs = _backward_inputs(prob, forward, True)
+        if change == "python_scalar_output_c":  # ignored by a GRU: any float the general path takes
+            backward_inputs["output_c"] = backward_inputs["output_c_backprop"] = 0.0
+        assert _lean.backward(attrs, backward_inputs, lengths, True) is None
+        _assert_same(fusedrnn.cudnn_rnn_backprop_v3(**backward_inputs, sequence_lengths=lengths,
+                                                    host_reserved=np.zeros((), np.int8), dropout=dropout,
+                                                    seed=7, seed2=9, **case.attrs()),
+                     _stack._backward(attrs, backward_inputs, lengths, True))
+
+
+def test_lean_backward_raises_the_general_paths_errors():
+    """A planned signature's backward still checks the forward's outputs, their gradients and
+    the reserve (wrong shapes go to the general path, which names them)."""
+    case = Case(num_units=6, batch=2, max_time=3)
+    prob = make_problem(case, seed=6).astype(np.float32)
+    forward = fusedrnn.cudnn_rnn_v3(**_inputs(prob), sequence_lengths=prob.lengths, is_training=True)
+    good = _backward_inputs(prob, forward[:4], True)
+    run = lambda **change: fusedrnn.cudnn_rnn_backprop_v3(  # noqa: E731
+        **{"sequence_lengths": prob.lengths, **good, **change}, host_reserved=np.zeros((), np.int8))
+    run()  # the plan exists now
+    with pytest.raises(ValueError, match="Invalid output_backprop shape"):
+        run(output_backprop=good["output_backprop"][:, :1])
+    with pytest.raises(ValueError, match="Invalid output_c shape"):
+        run(output_c=good["output_c"][:, :1])
+    with pytest.raises(ValueError, match="is_training=False"):
+        run(reserve_space=np.zeros((), np.float32))
+    with pytest.raises(ValueError, match="not produced by a fusedrnn"):
+        run(reserve_space=np.zeros(40, np.float32))
+    with pytest.raises(ValueError, match=r"sequence_lengths\[0\] = 0 is outside"):
+        run(sequence_lengths=np.array([0, 3], np.int32))
+    other = fusedrnn.cudnn_rnn_v3(**_inputs(prob), sequence_lengths=np.array([3, 2], np.int32),
+                                  is_training=True)
+    with pytest.raises(ValueError, match="sequence_lengths differ"):
+        run(reserve_space=other.reserve_space)

@@ -36,10 +36,12 @@ to monkeypatch a helper, patch it in the module that defines it, where it is loo
 
 * ``_results``: the result NamedTuples (``CudnnRNNResult``, ..., ``CanonicalParams``);
 * ``_resolve``: attribute and shape resolution, everything that runs before any compute;
-* ``_stack``: the stacking over layers, directions and lengths (``_forward``, ``_backward``),
+* ``_stack``: the stacking over layers, directions and lengths (``_forward``, ``_backward``:
+  validation and batch order, then ``_stacked_forward``, ``_stacked_backward``),
   dropout masks, memory estimates and the dispatch to the engines;
-* ``_lean``: the lean path of an inference call (native backend, full lengths, linear input):
-  a plan per call signature, the kernels called with the parameter views it locates;
+* ``_lean``: the lean path of a forward or backward call (native backend, full lengths, linear
+  input, no dropout between layers): a plan per call signature, then the kernels (inference) or
+  the stacking (training, backward) without the general path's validation;
 * ``_ops``: the six sequence ops ``cudnn_rnn``, ``_v2``, ``_v3``, ``cudnn_rnn_backprop``, ``_v2``, ``_v3``;
 * ``_params``: the parameter ops ``cudnn_rnn_params_size``, ``cudnn_rnn_params_to_canonical(_v2)``,
   ``cudnn_rnn_canonical_to_params(_v2)``.

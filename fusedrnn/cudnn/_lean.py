@@ -1,6 +1,6 @@
-"""The lean path of the commonest forward call: inference on the native backend of a stack
-(either direction setting and layout), float32/float64, linear input, every sequence of full
-length.
+"""The lean path of the commonest calls: a forward (inference or training) or a backward on the
+native backend of a stack (either direction setting and layout), float32/float64, linear input,
+every sequence of full length, no dropout between layers.
 
 A call is timed cold more often than not (a model's step between other work): then its cost is
 the cache lines it touches, and the general path (:func:`._stack._forward`: validation,
@@ -8,11 +8,14 @@ stacking, the engines' generic wrappers) touched ~4 700 lines for a tiny LSTM wh
 call itself needs ~900 (cachegrind, a 1 MiB cache after a sweep).  Here the first call of a
 signature (attributes, shapes, dtype, thread count) runs every check of the general path and
 stores a :class:`_Plan`; later calls with that signature only check what can change between
-them (the lengths' values, the backend, ``FUSEDRNN_MEMORY_LIMIT``) and call the kernels
-(:func:`fusedrnn.engines.native.lstm_inference` ...) with the parameter views the plan locates.
-Anything else (training, skip input, float16, short sequences, non-ndarray inputs, the numpy
-backend) returns ``None`` and the general path runs.  The two paths give the same
-bits (``tests/test_lean_path.py``).
+them (the lengths' values, the backend, ``FUSEDRNN_MEMORY_LIMIT``, and for a backward the
+shapes of the forward's outputs and their gradients and the reserve itself).  Inference then
+calls the kernels (:func:`fusedrnn.engines.native.lstm_inference` ...) with the parameter views
+the plan locates; training and the backward run the general path's stacking
+(:func:`._stack._stacked_forward`, :func:`._stack._stacked_backward`) without its validation,
+batch sorting and masks.  Anything else (skip input, float16, short sequences, dropout between
+layers, non-ndarray inputs, the numpy backend) returns ``None`` and the general path runs.  The
+two paths give the same bits (``tests/test_lean_path.py``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import resources, settings
+from .. import reserve, resources, settings
 from ..engines import native as native_engine
 from ..engines.buffers import aligned_empty
 from ..layout import _pseudo_layer_spans
 from ._resolve import _Attrs, _lengths, _Problem, _resolve_shapes
-from ._stack import _estimate_nbytes, _scan, _to_time_major
+from ._results import CudnnRNNBackpropResult
+from ._stack import _estimate_nbytes, _scan, _stacked_backward, _stacked_forward, _to_time_major
 
 MAX_PLANS = 256
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -37,36 +41,30 @@ class _Plan(NamedTuple):
     parameters lie in ``params``."""
 
     problem: _Problem  # lengths not set
-    nbytes: int  # the memory estimate of the general path
+    nbytes: tuple  # the general path's memory estimates: inference, training forward, backward
     spans: tuple  # per pseudo-layer: _pseudo_layer_spans (w_input, w_recurrent, w_proj, bias_input, bias_recurrent)
 
 
 _plans: dict = {}  # signature -> _Plan, or None for a signature the lean path does not take
 
 
-def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> tuple | None:
-    """``(output, output_h, output_c, reserve_space)`` of an inference call, or None when the
+def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool,
+            is_training: bool = False) -> tuple | None:
+    """``(output, output_h, output_c, reserve_space)`` of a forward call, or None when the
     general path must run it (which then raises any error the call deserves).  The same
     operations as :func:`._stack._forward` for these calls, in the same order."""
     x, h, c, params = inputs["input"], inputs["input_h"], inputs["input_c"], inputs["params"]
-    if not (type(x) is np.ndarray and type(h) is np.ndarray and type(c) is np.ndarray
-            and type(params) is np.ndarray):
-        return None
-    dtype = x.dtype
-    if not (dtype in _DTYPES and h.dtype == dtype and c.dtype == dtype and params.dtype == dtype
-            and x.flags.aligned and h.flags.aligned and c.flags.aligned and params.flags.c_contiguous
-            and params.flags.aligned):
-        return None
-    key = (attrs, x.shape, h.shape, c.shape, params.shape, dtype, time_major, settings.get_num_threads())
-    plan = _plans.get(key, False)
-    if plan is False:
-        plan = _make_plan(attrs, x, h, c, params, time_major, key)
+    plan = _plan_of(attrs, (x, h, c, params), time_major)
     if plan is None:
         return None
     problem = plan.problem
     config, T, B = problem.config, problem.T, problem.B
-    if (not _lengths(sequence_lengths, T, B)[1] or settings.get_backend() != "native"
-            or resources.must_check(plan.nbytes)):
+    if is_training and attrs.dropout > 0 and config.num_layers > 1:
+        return None  # the dropout masks: the general path
+    if settings.get_backend() != "native" or resources.must_check(plan.nbytes[1 if is_training else 0]):
+        return None
+    lengths, full_length = _lengths(sequence_lengths, T, B)  # raises the general path's errors
+    if not full_length:
         return None
     mode, D, H, Hout = config.rnn_mode, config.num_dirs, config.num_units, config.hidden_out
     LD = config.num_layers * D
@@ -74,6 +72,10 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> 
     h0, c0 = h, c if mode == "lstm" else None
     if not time_major:  # TF's reinterpretation of the states (module doc), not a transpose
         h0, c0 = h.reshape(LD, B, Hout), None if c0 is None else c.reshape(LD, B, H)
+    if is_training:
+        return _stacked_forward(attrs, problem._replace(lengths=lengths), params, layer_in, h0, c0,
+                                None, None, True, x.dtype)
+    dtype = x.dtype
     h_final = np.empty((LD, B, Hout), dtype)
     c_final = np.empty((LD, B, H), dtype) if mode == "lstm" else None
     for layer in range(config.num_layers):
@@ -112,6 +114,64 @@ def _pseudo_layer(mode: str, x, h0, c0, params, spans: tuple, c_final, p: int) -
                                        mode == "rnn_relu")
 
 
+def backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) -> CudnnRNNBackpropResult | None:
+    """The four gradients of a backward call, or None when the general path must run it (as
+    :func:`forward`).  The same operations as :func:`._stack._backward` for these calls, in the
+    same order; the reserve is checked as there (:func:`fusedrnn.reserve.read_reserve`)."""
+    x, h, c, params = inputs["input"], inputs["input_h"], inputs["input_c"], inputs["params"]
+    plan = _plan_of(attrs, (x, h, c, params), time_major)
+    if plan is None:
+        return None
+    problem = plan.problem
+    config, T, B = problem.config, problem.T, problem.B
+    is_lstm = config.rnn_mode == "lstm"
+    dtype = x.dtype
+    for name, shape in (("output", problem.output_shape), ("output_h", problem.state_shape),
+                        ("output_c", problem.cell_shape), ("output_backprop", problem.output_shape),
+                        ("output_h_backprop", problem.state_shape),
+                        ("output_c_backprop", problem.cell_shape), ("reserve_space", None)):
+        array = inputs[name]
+        if not (type(array) is np.ndarray and array.dtype == dtype and array.flags.aligned):
+            return None
+        if shape is not None and array.shape != shape:
+            return None  # the general path names the wrong shape
+    if settings.get_backend() != "native" or resources.must_check(plan.nbytes[2]):
+        return None
+    lengths, full_length = _lengths(sequence_lengths, T, B)
+    if not full_length:
+        return None
+    views, dropout_applied = reserve.read_reserve(inputs["reserve_space"], config, T, B, lengths, dtype)
+    if dropout_applied:
+        return None
+    D, H, Hout = config.num_dirs, config.num_units, config.hidden_out
+    LD = config.num_layers * D
+    d_out = _to_time_major(inputs["output_backprop"], time_major)
+    dh_final = inputs["output_h_backprop"].reshape(LD, B, Hout)
+    dc_final = inputs["output_c_backprop"].reshape(LD, B, H) if is_lstm else None
+    x_tm = np.ascontiguousarray(_to_time_major(x, time_major))
+    return _stacked_backward(problem, params, x_tm, d_out, dh_final, dc_final, views, False, None,
+                             None, dtype)
+
+
+def _plan_of(attrs: _Attrs, arrays: tuple, time_major: bool) -> _Plan | None:
+    """The plan of a call whose forward inputs are ``arrays`` (input, input_h, input_c,
+    params), or None where the lean path does not apply."""
+    x, h, c, params = arrays
+    if not (type(x) is np.ndarray and type(h) is np.ndarray and type(c) is np.ndarray
+            and type(params) is np.ndarray):
+        return None
+    dtype = x.dtype
+    if not (dtype in _DTYPES and h.dtype == dtype and c.dtype == dtype and params.dtype == dtype
+            and x.flags.aligned and h.flags.aligned and c.flags.aligned and params.flags.c_contiguous
+            and params.flags.aligned):
+        return None
+    key = (attrs, x.shape, h.shape, c.shape, params.shape, dtype, time_major, settings.get_num_threads())
+    plan = _plans.get(key, False)
+    if plan is False:
+        plan = _make_plan(attrs, x, h, c, params, time_major, key)
+    return plan
+
+
 def _make_plan(attrs: _Attrs, x, h, c, params, time_major: bool, key: tuple) -> _Plan | None:
     """The plan of a signature, after the general path's shape checks (which raise its errors);
     None where the lean path does not apply.  The memory check stays per call: a call whose
@@ -120,7 +180,10 @@ def _make_plan(attrs: _Attrs, x, h, c, params, time_major: bool, key: tuple) -> 
                               params.shape, time_major)
     config, plan = problem.config, None
     if not config.skip_input and problem.B > 0:
-        plan = _Plan(problem, _estimate_nbytes(problem, x.dtype, x.dtype, False, False),
+        dtype = x.dtype
+        nbytes = tuple(_estimate_nbytes(problem, dtype, dtype, training, backward)
+                       for training, backward in ((False, False), (True, False), (True, True)))
+        plan = _Plan(problem, nbytes,
                      tuple(_pseudo_layer_spans(config, p) for p in range(config.num_pseudo_layers)))
     if len(_plans) >= MAX_PLANS:
         _plans.clear()

@@ -2,8 +2,8 @@
 ``cudnn_rnn_backprop``, ``cudnn_rnn_backprop_v2``, ``cudnn_rnn_backprop_v3``.
 
 Each parses its attributes (:mod:`fusedrnn.cudnn._resolve`) and calls ``_forward`` or
-``_backward`` (:mod:`fusedrnn.cudnn._stack`); an inference forward tries the lean path of
-:mod:`fusedrnn.cudnn._lean` first.  "module doc" in their docstrings is the docstring
+``_backward`` (:mod:`fusedrnn.cudnn._stack`) after trying the lean path of
+:mod:`fusedrnn.cudnn._lean`.  "module doc" in their docstrings is the docstring
 of :mod:`fusedrnn.cudnn` (shapes, layouts, dropout).
 """
 
@@ -42,11 +42,18 @@ def cudnn_rnn(input, input_h, input_c, params, *, rnn_mode="lstm", input_mode="l
 
 def _run_forward(attrs, inputs: dict, sequence_lengths, is_training: bool, time_major: bool) -> tuple:
     """The lean path (:mod:`._lean`) where it applies, else the general one (same results)."""
-    if not is_training:
-        result = _lean.forward(attrs, inputs, sequence_lengths, time_major)
-        if result is not None:
-            return result
+    result = _lean.forward(attrs, inputs, sequence_lengths, time_major, is_training)
+    if result is not None:
+        return result
     return _forward(attrs, inputs, sequence_lengths, is_training, time_major)
+
+
+def _run_backward(attrs, inputs: dict, sequence_lengths, time_major: bool) -> CudnnRNNBackpropResult:
+    """As :func:`_run_forward`, for the gradients."""
+    result = _lean.backward(attrs, inputs, sequence_lengths, time_major)
+    if result is not None:
+        return result
+    return _backward(attrs, inputs, sequence_lengths, time_major)
 
 
 def _host_reserved(is_training: bool) -> np.ndarray:
@@ -104,7 +111,7 @@ def cudnn_rnn_backprop(input, input_h, input_c, params, output, output_h, output
                   output_h=output_h, output_c=output_c, output_backprop=output_backprop,
                   output_h_backprop=output_h_backprop, output_c_backprop=output_c_backprop,
                   reserve_space=reserve_space)
-    return _backward(attrs, inputs, None, True)
+    return _run_backward(attrs, inputs, None, True)
 
 
 @public_op
@@ -137,4 +144,4 @@ def cudnn_rnn_backprop_v3(input, input_h, input_c, params, sequence_lengths, out
                   output_h=output_h, output_c=output_c, output_backprop=output_backprop,
                   output_h_backprop=output_h_backprop, output_c_backprop=output_c_backprop,
                   reserve_space=reserve_space)
-    return _backward(attrs, inputs, sequence_lengths, time_major)
+    return _run_backward(attrs, inputs, sequence_lengths, time_major)

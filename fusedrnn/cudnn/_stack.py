@@ -226,6 +226,21 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
         h0, c0 = _rows(h0, order), _rows(c0, order)
     if not problem.full_length:
         valid = _rows(problem.valid_mask(), order)
+    return _stacked_forward(attrs, problem, flat, layer_in, h0, c0, valid, order, is_training, dtype)
+
+
+def _stacked_forward(attrs: _Attrs, problem: _Problem, flat: np.ndarray, layer_in: np.ndarray,
+                     h0: np.ndarray, c0: np.ndarray | None, valid: np.ndarray | None,
+                     order: np.ndarray | None, is_training: bool, dtype: np.dtype) -> tuple:
+    """The layers and directions of a checked forward call: ``flat`` the parameters, ``layer_in
+    [T, B, I]``, ``h0 [L·D, B, Hout]`` and ``c0`` (LSTM) in the compute dtype and the sorted batch
+    order (``order``: None when unsorted; ``valid [T, B]``: None at full length); returns
+    ``(output, output_h, output_c, reserve_space)`` in the caller's layout and ``dtype``."""
+    config, T, B, time_major = problem.config, problem.T, problem.B, problem.time_major
+    L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
+    LD = L * D
+    is_lstm = config.rnn_mode == "lstm"
+    cd = flat.dtype
     dropout_applied = is_training and attrs.dropout > 0 and L > 1
     writer = (reserve.ReserveWriter(config, T, B, problem.lengths, dropout_applied, cd, dtype)
               if is_training else None)
@@ -297,8 +312,12 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
     order = _batch_order(problem)
     d_out = _to_time_major(arrays["output_backprop"], time_major)
-    # a copy of our own (masked in place below): the gather when sorting, else aligned_copy's
-    d_out = aligned_copy(d_out, cd) if order is None else _rows(d_out, order).astype(cd, copy=False)
+    if order is not None:  # a copy of our own, masked in place below
+        d_out = _rows(d_out, order).astype(cd, copy=False)
+    elif not problem.full_length:
+        d_out = aligned_copy(d_out, cd)
+    else:  # read only (the engines copy a slice they need contiguous)
+        d_out = d_out.astype(cd, copy=False)
     dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
     dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
     valid = None
@@ -308,6 +327,23 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
         valid = _rows(problem.valid_mask(), order)
         zero_ended(valid, d_out)  # padded steps ignore output_backprop, even NaN or Inf there
     x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
+    return _stacked_backward(problem, flat, x_tm, d_out, dh_final, dc_final, views, dropout_applied,
+                             valid, order, dtype)
+
+
+def _stacked_backward(problem: _Problem, flat: np.ndarray, x_tm: np.ndarray, d_out: np.ndarray,
+                      dh_final: np.ndarray, dc_final: np.ndarray | None, views: dict,
+                      dropout_applied: bool, valid: np.ndarray | None, order: np.ndarray | None,
+                      dtype: np.dtype) -> CudnnRNNBackpropResult:
+    """The layers and directions of a checked backward call: ``flat`` the parameters, ``x_tm [T,
+    B, I]``, ``d_out [T, B, D·Hout]`` (read only), ``dh_final``/``dc_final [L·D, B, ·]`` in the
+    compute dtype and the sorted batch order (as :func:`_stacked_forward`); ``views`` the
+    reserve's arrays.  Returns the four gradients in the caller's layout and ``dtype``."""
+    config, T, B, time_major = problem.config, problem.T, problem.B, problem.time_major
+    L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
+    LD = L * D
+    is_lstm = config.rnn_mode == "lstm"
+    cd = flat.dtype
     # every element is written below (the pseudo-layers' views cover the buffer once), unless
     # the batch or the sequence is empty
     grad_flat = (aligned_empty if T and B else aligned_zeros)(config.params_size, cd)
