@@ -54,18 +54,14 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool,
     general path must run it (which then raises any error the call deserves).  The same
     operations as :func:`._stack._forward` for these calls, in the same order."""
     x, h, c, params = inputs["input"], inputs["input_h"], inputs["input_c"], inputs["params"]
-    plan = _plan_of(attrs, (x, h, c, params), time_major)
-    if plan is None:
+    dropout = is_training and attrs.dropout > 0  # masks between layers: the general path
+    planned = _planned(attrs, inputs, sequence_lengths, time_major, 1 if is_training else 0,
+                       lambda plan: not (dropout and plan.problem.config.num_layers > 1))
+    if planned is None:
         return None
+    plan, lengths = planned
     problem = plan.problem
     config, T, B = problem.config, problem.T, problem.B
-    if is_training and attrs.dropout > 0 and config.num_layers > 1:
-        return None  # the dropout masks: the general path
-    if settings.get_backend() != "native" or resources.must_check(plan.nbytes[1 if is_training else 0]):
-        return None
-    lengths, full_length = _lengths(sequence_lengths, T, B)  # raises the general path's errors
-    if not full_length:
-        return None
     mode, D, H, Hout = config.rnn_mode, config.num_dirs, config.num_units, config.hidden_out
     LD = config.num_layers * D
     layer_in = np.ascontiguousarray(_to_time_major(x, time_major))
@@ -118,28 +114,16 @@ def backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) ->
     """The four gradients of a backward call, or None when the general path must run it (as
     :func:`forward`).  The same operations as :func:`._stack._backward` for these calls, in the
     same order; the reserve is checked as there (:func:`fusedrnn.reserve.read_reserve`)."""
-    x, h, c, params = inputs["input"], inputs["input_h"], inputs["input_c"], inputs["params"]
-    plan = _plan_of(attrs, (x, h, c, params), time_major)
-    if plan is None:
+    x = inputs["input"]
+    planned = _planned(attrs, inputs, sequence_lengths, time_major, 2,
+                       lambda plan: _backward_inputs_fit(plan.problem, inputs, x.dtype))
+    if planned is None:
         return None
+    plan, lengths = planned
     problem = plan.problem
     config, T, B = problem.config, problem.T, problem.B
     is_lstm = config.rnn_mode == "lstm"
     dtype = x.dtype
-    for name, shape in (("output", problem.output_shape), ("output_h", problem.state_shape),
-                        ("output_c", problem.cell_shape), ("output_backprop", problem.output_shape),
-                        ("output_h_backprop", problem.state_shape),
-                        ("output_c_backprop", problem.cell_shape), ("reserve_space", None)):
-        array = inputs[name]
-        if not (type(array) is np.ndarray and array.dtype == dtype and array.flags.aligned):
-            return None
-        if shape is not None and array.shape != shape:
-            return None  # the general path names the wrong shape
-    if settings.get_backend() != "native" or resources.must_check(plan.nbytes[2]):
-        return None
-    lengths, full_length = _lengths(sequence_lengths, T, B)
-    if not full_length:
-        return None
     views, dropout_applied = reserve.read_reserve(inputs["reserve_space"], config, T, B, lengths, dtype)
     if dropout_applied:
         return None
@@ -149,8 +133,40 @@ def backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) ->
     dh_final = inputs["output_h_backprop"].reshape(LD, B, Hout)
     dc_final = inputs["output_c_backprop"].reshape(LD, B, H) if is_lstm else None
     x_tm = np.ascontiguousarray(_to_time_major(x, time_major))
-    return _stacked_backward(problem, params, x_tm, d_out, dh_final, dc_final, views, False, None,
-                             None, dtype)
+    return _stacked_backward(problem, inputs["params"], x_tm, d_out, dh_final, dc_final, views,
+                             False, None, None, dtype)
+
+
+def _planned(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool, estimate: int,
+             admits) -> tuple | None:
+    """``(plan, lengths)`` of a call the lean path takes, else None: a planned signature
+    (:func:`_plan_of`) that ``admits(plan)``, the native backend, the general path's memory
+    estimate ``plan.nbytes[estimate]`` too small to need a check, every sequence of full length
+    (lengths that are invalid raise the general path's error)."""
+    plan = _plan_of(attrs, (inputs["input"], inputs["input_h"], inputs["input_c"], inputs["params"]),
+                    time_major)
+    if plan is None or not admits(plan):
+        return None
+    if settings.get_backend() != "native" or resources.must_check(plan.nbytes[estimate]):
+        return None
+    problem = plan.problem
+    lengths, full_length = _lengths(sequence_lengths, problem.T, problem.B)
+    return (plan, lengths) if full_length else None
+
+
+def _backward_inputs_fit(problem: _Problem, inputs: dict, dtype: np.dtype) -> bool:
+    """The forward's outputs, their gradients and the reserve are ndarrays of the op's dtype, of
+    the shapes this problem gives them (else the general path names what is wrong)."""
+    for name, shape in (("output", problem.output_shape), ("output_h", problem.state_shape),
+                        ("output_c", problem.cell_shape), ("output_backprop", problem.output_shape),
+                        ("output_h_backprop", problem.state_shape),
+                        ("output_c_backprop", problem.cell_shape), ("reserve_space", None)):
+        array = inputs[name]
+        if not (type(array) is np.ndarray and array.dtype == dtype and array.flags.aligned):
+            return False
+        if shape is not None and array.shape != shape:
+            return False
+    return True
 
 
 def _plan_of(attrs: _Attrs, arrays: tuple, time_major: bool) -> _Plan | None:
