@@ -3,6 +3,9 @@ applies, the general path (and its errors) wherever it does not."""
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import fusedrnn
 from fusedrnn import settings
@@ -204,3 +207,34 @@ def test_lean_backward_raises_the_general_paths_errors():
                                   is_training=True)
     with pytest.raises(ValueError, match="sequence_lengths differ"):
         run(reserve_space=other.reserve_space)
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(mode=st.sampled_from(MODES), layers=st.integers(1, 3), dirs=st.integers(1, 2),
+       inputs=st.integers(1, 9), units=st.integers(1, 20), proj=st.integers(0, 3),
+       batch=st.integers(1, 5), steps=st.integers(1, 6), time_major=st.booleans(),
+       dtype=st.sampled_from([np.float32, np.float64]), threads=st.integers(1, 3),
+       seed=st.integers(0, 2**16))
+def test_random_configurations_give_the_general_paths_bits(mode, layers, dirs, inputs, units, proj,
+                                                            batch, steps, time_major, dtype,
+                                                            threads, seed):
+    """Random stacks (hypothesis): inference, training and backward on the lean path against
+    the general one, bit for bit."""
+    proj = proj if mode == "lstm" and proj < units else 0
+    case = Case(mode=mode, num_layers=layers, num_dirs=dirs, input_size=inputs, num_units=units,
+                num_proj=proj, batch=batch, max_time=steps)
+    prob = make_problem(case, seed=seed).astype(dtype)
+    attrs, inputs_ = _attrs_of(case), _inputs(prob, time_major)
+    old_threads = settings._num_threads
+    settings._num_threads = threads
+    try:
+        for training in (False, True):
+            lean = _lean.forward(attrs, inputs_, prob.lengths, time_major, training)
+            assert lean is not None
+            _assert_same(lean, _stack._forward(attrs, inputs_, prob.lengths, training, time_major))
+        backward_inputs = _backward_inputs(prob, lean, time_major, seed=seed + 1)
+        lean_grads = _lean.backward(attrs, backward_inputs, prob.lengths, time_major)
+        assert lean_grads is not None
+        _assert_same(lean_grads, _stack._backward(attrs, backward_inputs, prob.lengths, time_major))
+    finally:
+        settings._num_threads = old_threads
