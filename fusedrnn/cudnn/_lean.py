@@ -30,7 +30,8 @@ from ..engines.buffers import aligned_empty
 from ..layout import _pseudo_layer_spans
 from ._resolve import _Attrs, _lengths, _Problem, _resolve_shapes
 from ._results import CudnnRNNBackpropResult
-from ._stack import _estimate_nbytes, _scan, _stacked_backward, _stacked_forward, _to_time_major
+from ._stack import (_backward_operands, _estimate_nbytes, _forward_operands, _scan, _stacked_backward,
+                     _stacked_forward, _to_time_major)
 
 MAX_PLANS = 256
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -64,14 +65,11 @@ def forward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool,
     config, T, B = problem.config, problem.T, problem.B
     mode, D, H, Hout = config.rnn_mode, config.num_dirs, config.num_units, config.hidden_out
     LD = config.num_layers * D
-    layer_in = np.ascontiguousarray(_to_time_major(x, time_major))
-    h0, c0 = h, c if mode == "lstm" else None
-    if not time_major:  # TF's reinterpretation of the states (module doc), not a transpose
-        h0, c0 = h.reshape(LD, B, Hout), None if c0 is None else c.reshape(LD, B, H)
-    if is_training:
-        return _stacked_forward(attrs, problem._replace(lengths=lengths), params, layer_in, h0, c0,
-                                None, None, True, x.dtype)
     dtype = x.dtype
+    operands = _forward_operands(problem, x, h, c, dtype)  # full length: no batch order, no mask
+    layer_in, h0, c0 = operands[:3]
+    if is_training:
+        return _stacked_forward(attrs, problem._replace(lengths=lengths), params, *operands, True, dtype)
     h_final = np.empty((LD, B, Hout), dtype)
     c_final = np.empty((LD, B, H), dtype) if mode == "lstm" else None
     for layer in range(config.num_layers):
@@ -121,20 +119,12 @@ def backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool) ->
         return None
     plan, lengths = planned
     problem = plan.problem
-    config, T, B = problem.config, problem.T, problem.B
-    is_lstm = config.rnn_mode == "lstm"
-    dtype = x.dtype
-    views, dropout_applied = reserve.read_reserve(inputs["reserve_space"], config, T, B, lengths, dtype)
+    views, dropout_applied = reserve.read_reserve(inputs["reserve_space"], problem.config, problem.T,
+                                                  problem.B, lengths, x.dtype)
     if dropout_applied:
         return None
-    D, H, Hout = config.num_dirs, config.num_units, config.hidden_out
-    LD = config.num_layers * D
-    d_out = _to_time_major(inputs["output_backprop"], time_major)
-    dh_final = inputs["output_h_backprop"].reshape(LD, B, Hout)
-    dc_final = inputs["output_c_backprop"].reshape(LD, B, H) if is_lstm else None
-    x_tm = np.ascontiguousarray(_to_time_major(x, time_major))
-    return _stacked_backward(problem, inputs["params"], x_tm, d_out, dh_final, dc_final, views,
-                             False, None, None, dtype)
+    return _stacked_backward(problem, inputs["params"], views, False,
+                             *_backward_operands(problem, inputs, x.dtype), x.dtype)
 
 
 def _planned(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool, estimate: int,

@@ -211,22 +211,29 @@ def _forward(attrs: _Attrs, inputs: dict, sequence_lengths, is_training: bool, t
     cd = compute_dtype(dtype)
     problem = _resolve(attrs, x, h, c, params, sequence_lengths, time_major, _ensure_fits,
                        (cd, dtype, is_training, False, "CudnnRNN forward"))
-    config, T, B = problem.config, problem.T, problem.B
-    L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
-    LD = L * D
-    is_lstm = config.rnn_mode == "lstm"
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
-    h0 = h.astype(cd, copy=False).reshape(LD, B, Hout)
-    c0 = c.astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
+    return _stacked_forward(attrs, problem, flat, *_forward_operands(problem, x, h, c, cd), is_training,
+                            dtype)
+
+
+def _forward_operands(problem: _Problem, x: np.ndarray, h: np.ndarray, c: np.ndarray,
+                      cd: np.dtype) -> tuple:
+    """A checked forward call's ``(layer_in [T, B, I], h0 [L·D, B, Hout], c0 [L·D, B, H] (LSTM;
+    else None), valid [T, B] (None at full length), order)`` in the compute dtype ``cd``, the
+    batch in :func:`_batch_order`'s order (``order``: None when it is the caller's)."""
+    config, B = problem.config, problem.B
+    LD = config.num_layers * config.num_dirs
+    h0 = h.astype(cd, copy=False).reshape(LD, B, config.hidden_out)
+    c0 = c.astype(cd, copy=False).reshape(LD, B, config.num_units) if config.rnn_mode == "lstm" else None
     order = _batch_order(problem)
     # one copy at most: the gather (sorted batch) or the layout/dtype conversion
-    layer_in = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
+    layer_in = np.ascontiguousarray(_rows(_to_time_major(x, problem.time_major), order), dtype=cd)
     valid = None
     if order is not None:
         h0, c0 = _rows(h0, order), _rows(c0, order)
     if not problem.full_length:
         valid = _rows(problem.valid_mask(), order)
-    return _stacked_forward(attrs, problem, flat, layer_in, h0, c0, valid, order, is_training, dtype)
+    return layer_in, h0, c0, valid, order
 
 
 def _stacked_forward(attrs: _Attrs, problem: _Problem, flat: np.ndarray, layer_in: np.ndarray,
@@ -235,7 +242,8 @@ def _stacked_forward(attrs: _Attrs, problem: _Problem, flat: np.ndarray, layer_i
     """The layers and directions of a checked forward call: ``flat`` the parameters, ``layer_in
     [T, B, I]``, ``h0 [L·D, B, Hout]`` and ``c0`` (LSTM) in the compute dtype and the sorted batch
     order (``order``: None when unsorted; ``valid [T, B]``: None at full length); returns
-    ``(output, output_h, output_c, reserve_space)`` in the caller's layout and ``dtype``."""
+    ``(output, output_h, output_c, reserve_space)`` in the caller's layout and ``dtype``
+    (:func:`_forward_operands` gives the operands)."""
     config, T, B, time_major = problem.config, problem.T, problem.B, problem.time_major
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
@@ -307,38 +315,47 @@ def _backward(attrs: _Attrs, inputs: dict, sequence_lengths, time_major: bool):
         _check_shape(arrays["output_c_backprop"], problem.cell_shape, "output_c_backprop")
     views, dropout_applied = reserve.read_reserve(arrays["reserve_space"], config, T, B,
                                                   problem.lengths, cd)
-    L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
-    LD = L * D
     flat = np.ascontiguousarray(params, dtype=cd)  # canonical strides: same bits for any layout
+    return _stacked_backward(problem, flat, views, dropout_applied,
+                             *_backward_operands(problem, arrays, cd), dtype)
+
+
+def _backward_operands(problem: _Problem, arrays: dict, cd: np.dtype) -> tuple:
+    """A checked backward call's ``(x_tm [T, B, I], d_out [T, B, D·Hout], dh_final [L·D, B,
+    Hout], dc_final [L·D, B, H] (LSTM; else None), valid, order)`` from its named ``arrays``, as
+    :func:`_forward_operands`; ``d_out`` is a copy of the caller's ``output_backprop`` with the
+    padded steps zeroed where there are any (even NaN or Inf there is ignored), else a read-only
+    view (the engines copy a slice they need contiguous)."""
+    config, B, time_major = problem.config, problem.B, problem.time_major
+    LD = config.num_layers * config.num_dirs
     order = _batch_order(problem)
     d_out = _to_time_major(arrays["output_backprop"], time_major)
     if order is not None:  # a copy of our own, masked in place below
         d_out = _rows(d_out, order).astype(cd, copy=False)
     elif not problem.full_length:
         d_out = aligned_copy(d_out, cd)
-    else:  # read only (the engines copy a slice they need contiguous)
+    else:
         d_out = d_out.astype(cd, copy=False)
-    dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, Hout)
-    dc_final = arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, H) if is_lstm else None
+    dh_final = arrays["output_h_backprop"].astype(cd, copy=False).reshape(LD, B, config.hidden_out)
+    dc_final = (arrays["output_c_backprop"].astype(cd, copy=False).reshape(LD, B, config.num_units)
+                if config.rnn_mode == "lstm" else None)
     valid = None
     if order is not None:
         dh_final, dc_final = _rows(dh_final, order), _rows(dc_final, order)
     if not problem.full_length:
         valid = _rows(problem.valid_mask(), order)
-        zero_ended(valid, d_out)  # padded steps ignore output_backprop, even NaN or Inf there
-    x_tm = np.ascontiguousarray(_rows(_to_time_major(x, time_major), order), dtype=cd)
-    return _stacked_backward(problem, flat, x_tm, d_out, dh_final, dc_final, views, dropout_applied,
-                             valid, order, dtype)
+        zero_ended(valid, d_out)
+    x_tm = np.ascontiguousarray(_rows(_to_time_major(arrays["input"], time_major), order), dtype=cd)
+    return x_tm, d_out, dh_final, dc_final, valid, order
 
 
-def _stacked_backward(problem: _Problem, flat: np.ndarray, x_tm: np.ndarray, d_out: np.ndarray,
-                      dh_final: np.ndarray, dc_final: np.ndarray | None, views: dict,
-                      dropout_applied: bool, valid: np.ndarray | None, order: np.ndarray | None,
-                      dtype: np.dtype) -> CudnnRNNBackpropResult:
-    """The layers and directions of a checked backward call: ``flat`` the parameters, ``x_tm [T,
-    B, I]``, ``d_out [T, B, D·Hout]`` (read only), ``dh_final``/``dc_final [L·D, B, ·]`` in the
-    compute dtype and the sorted batch order (as :func:`_stacked_forward`); ``views`` the
-    reserve's arrays.  Returns the four gradients in the caller's layout and ``dtype``."""
+def _stacked_backward(problem: _Problem, flat: np.ndarray, views: dict, dropout_applied: bool,
+                      x_tm: np.ndarray, d_out: np.ndarray, dh_final: np.ndarray,
+                      dc_final: np.ndarray | None, valid: np.ndarray | None,
+                      order: np.ndarray | None, dtype: np.dtype) -> CudnnRNNBackpropResult:
+    """The layers and directions of a checked backward call: ``flat`` the parameters, ``views``
+    the reserve's arrays, then :func:`_backward_operands` (``d_out`` read only).  Returns the
+    four gradients in the caller's layout and ``dtype``."""
     config, T, B, time_major = problem.config, problem.T, problem.B, problem.time_major
     L, D, H, Hout = config.num_layers, config.num_dirs, config.num_units, config.hidden_out
     LD = L * D
