@@ -255,7 +255,8 @@ def zero_ended(valid: np.ndarray | None, a: np.ndarray) -> None:
 
 
 def carry(valid_t: np.ndarray | None, new: np.ndarray, old: np.ndarray) -> np.ndarray:
-    """``new`` where the step is valid, else the carried ``old`` state."""
+    """``new [B, ·]`` in the rows whose step is valid (``valid_t [B]``, as :func:`zero_ended`;
+    None: all), else the carried ``old`` state."""
     if valid_t is None:
         return new
-    return np.where(valid_t, new, old)
+    return np.where(valid_t[:, None], new, old)

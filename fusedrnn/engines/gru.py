@@ -108,7 +108,7 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
     dh = np.zeros((B, H), dtype=dtype) if dh_last is None else dh_last.astype(dtype, copy=True)
     w_rec_t = np.ascontiguousarray(weights.w_recurrent.T)
     for t in range(T - 1, -1, -1):
-        v = None if valid is None else valid[t, :, None]
+        v = None if valid is None else valid[t]
         if dh_steps is not None:
             dh += dh_steps[t]
         g = gates[t]
@@ -121,8 +121,8 @@ def gru_backward(x: np.ndarray, trace: GRUTrace, weights: GRUWeights, *,
         np.multiply(d_n, q_h_all[t] * r * (1 - r), out=da[:, :H])
         dq[:, :2 * H] = da[:, :2 * H]
         np.multiply(d_n, r, out=dq[:, 2 * H:])
-        zero_ended(None if valid is None else valid[t], da)
-        zero_ended(None if valid is None else valid[t], dq)
+        zero_ended(v, da)
+        zero_ended(v, dq)
         dh_prev = dq @ w_rec_t
         dh_prev += dh * u
         dh = carry(v, dh_prev, dh)

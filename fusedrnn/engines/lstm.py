@@ -319,19 +319,19 @@ def lstm_backward(x: np.ndarray, trace: LSTMTrace, weights: LSTMWeights,
     output_factor, cell_factor, gate_factor = backward_factors(gates, c_states[:T], co_all)
     f = gate_activations(gates, 1)
     for t in range(T - 1, -1, -1):
-        v = None if valid is None else valid[t, :, None]
+        v = None if valid is None else valid[t]
         if dh_steps is not None:
             dh += dh_steps[t]
         if dc_steps is not None:
             dc += dc_steps[t]
         if w_proj_t is not None:
-            dh_total[t] = dh if v is None else np.where(v, dh, 0)
+            dh_total[t] = dh if v is None else np.where(v[:, None], dh, 0)
             dm = dh @ w_proj_t
         else:
             dm = dh
         dg = d_gates[t]
         dc_prev = step_gradients(dm, dc, output_factor[t], cell_factor[t], gate_factor[t], f[t], peep, dg)
-        zero_ended(None if valid is None else valid[t], dg)
+        zero_ended(v, dg)
         dh_prev = dg @ w_rec_t
         dh = carry(v, dh_prev, dh)
         dc = carry(v, dc_prev, dc)

@@ -78,7 +78,7 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
     dh = np.zeros((B, H), dtype=dtype) if dh_last is None else dh_last.astype(dtype, copy=True)
     w_rec_t = np.ascontiguousarray(weights.w_recurrent.T)
     for t in range(T - 1, -1, -1):
-        v = None if valid is None else valid[t, :, None]
+        v = None if valid is None else valid[t]
         if dh_steps is not None:
             dh += dh_steps[t]
         h = h_states[t + 1]
@@ -87,7 +87,7 @@ def rnn_backward(x: np.ndarray, trace: RNNTrace, weights: RNNWeights, activation
             np.multiply(dh, 1 - h * h, out=da)
         else:
             np.multiply(dh, h > 0, out=da)
-        zero_ended(None if valid is None else valid[t], da)
+        zero_ended(v, da)
         dh = carry(v, da @ w_rec_t, dh)
     return gradients(x, h_states, weights, d_pre, dh, need_dx, live_rows_linalg(valid, NUMPY_LINALG),
                      weight_grads_out)
