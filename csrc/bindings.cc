@@ -284,16 +284,29 @@ void copy_2d(py::array dst, py::array src) {
   else t.copy_d(rows, cols, s, srs, scs, d, drs, dcs);
 }
 
+// A 1-D array with contiguous elements, or a 2-D one with contiguous rows (any whole-element,
+// non-negative row stride); a stride along an axis of length 1 is never used.
+bool rows_contiguous(const py::array& a) {
+  const ssize_t item = a.itemsize(), last = a.ndim() - 1;
+  if (a.shape(last) >= 2 && a.strides(last) != item) return false;
+  return last == 0 || a.shape(0) < 2 || (a.strides(0) >= 0 && a.strides(0) % item == 0);
+}
+
+// The row stride of such a 2-D array, in elements (0 for a single row).
+template <class T>
+int64_t row_stride(const py::array& a) {
+  return a.shape(0) > 1 ? a.strides(0) / ssize_t(sizeof(T)) : 0;
+}
+
 // out[c] = Σ_r a[r, c] b[r, c] for a, b [rows, cols] with contiguous rows (any row stride):
 // float64 sums in row order.
 template <class T>
 void product_sum(py::array a, py::array b, py::array out) {
-  const ssize_t item = ssize_t(sizeof(T));
   const int64_t rows = a.shape(0), cols = a.shape(1);
   const T* pa = static_cast<const T*>(a.data());
   const T* pb = static_cast<const T*>(b.data());
   T* po = static_cast<T*>(out.mutable_data());
-  const int64_t a_rs = rows > 1 ? a.strides(0) / item : 0, b_rs = rows > 1 ? b.strides(0) / item : 0;
+  const int64_t a_rs = row_stride<T>(a), b_rs = row_stride<T>(b);
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.product_sum_f(rows, cols, pa, a_rs, pb, b_rs, po);
@@ -304,11 +317,10 @@ void product_sum(py::array a, py::array b, py::array out) {
 // common.py column_sum.
 template <class T>
 void column_sum(py::array a, py::array out) {
-  const ssize_t item = ssize_t(sizeof(T));
   const int64_t rows = a.shape(0), cols = a.shape(1);
   const T* pa = static_cast<const T*>(a.data());
   T* po = static_cast<T*>(out.mutable_data());
-  const int64_t a_rs = rows > 1 ? a.strides(0) / item : 0;
+  const int64_t a_rs = row_stride<T>(a);
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.column_sum_f(rows, cols, pa, a_rs, po);
@@ -416,16 +428,11 @@ PYBIND11_MODULE(_native, m) {
     else throw py::type_error("copy_2d copies float32 or float64");
   }, py::arg("dst"), py::arg("src"), "dst[...] = src (2-D, any strides), tiled.");
   m.def("product_sum", [](py::array a, py::array b, py::array out) {
-    const ssize_t item = a.itemsize();
     if (a.ndim() != 2 || b.ndim() != 2 || out.ndim() != 1 || a.shape(0) != b.shape(0) ||
         a.shape(1) != b.shape(1) || out.shape(0) != a.shape(1) || !a.dtype().is(b.dtype()) ||
         !a.dtype().is(out.dtype()) || !out.writeable())
       throw py::value_error("product_sum needs a, b [rows, cols] and a writeable out [cols] of one dtype");
-    // (a stride along an axis of length 1 is never used)
-    const bool cols_ok = a.shape(1) < 2 || (a.strides(1) == item && b.strides(1) == item && out.strides(0) == item);
-    const bool rows_ok = a.shape(0) < 2 || (a.strides(0) >= 0 && b.strides(0) >= 0 && a.strides(0) % item == 0 &&
-                                             b.strides(0) % item == 0);
-    if (!cols_ok || !rows_ok)
+    if (!rows_contiguous(a) || !rows_contiguous(b) || !rows_contiguous(out))
       throw py::value_error("product_sum needs contiguous rows (whole-element, non-negative row strides)");
     if (has_dtype<float>(a)) product_sum<float>(a, b, out);
     else if (has_dtype<double>(a)) product_sum<double>(a, b, out);
@@ -433,13 +440,10 @@ PYBIND11_MODULE(_native, m) {
   }, py::arg("a"), py::arg("b"), py::arg("out"),
      "out[c] = sum over rows of a[r, c] * b[r, c] (float64 sums in row order).");
   m.def("column_sum", [](py::array a, py::array out) {
-    const ssize_t item = a.itemsize();
     if (a.ndim() != 2 || out.ndim() != 1 || out.shape(0) != a.shape(1) ||
         !a.dtype().is(out.dtype()) || !out.writeable())
       throw py::value_error("column_sum needs a [rows, cols] and a writeable out [cols] of one dtype");
-    const bool cols_ok = a.shape(1) < 2 || (a.strides(1) == item && out.strides(0) == item);
-    const bool rows_ok = a.shape(0) < 2 || (a.strides(0) >= 0 && a.strides(0) % item == 0);
-    if (!cols_ok || !rows_ok)
+    if (!rows_contiguous(a) || !rows_contiguous(out))
       throw py::value_error("column_sum needs contiguous rows (whole-element, non-negative row strides)");
     if (has_dtype<float>(a)) column_sum<float>(a, out);
     else if (has_dtype<double>(a)) column_sum<double>(a, out);

@@ -22,6 +22,22 @@ template <class T> void product_sum(int64_t rows, int64_t cols, const T* a, int6
                                     int64_t b_rs, T* out);
 template <class T> void column_sum(int64_t rows, int64_t cols, const T* a, int64_t a_rs, T* out);
 
+// out[c] += double(tile[c]) for c < width, whole vectors where width allows (each element one
+// float64 add, in any vector grouping: the same bits as the scalar loop).
+template <class T>
+inline void add_to_sums(const T* tile, double* out, int64_t width) {
+  constexpr int W = Vec<T>::width;
+  typedef double Wide __attribute__((vector_size(W * sizeof(double))));
+  int64_t c = 0;
+  for (; c + W <= width; c += W) {
+    Wide sum, add = __builtin_convertvector(load(tile + c), Wide);
+    std::memcpy(&sum, out + c, sizeof sum);
+    sum += add;
+    std::memcpy(out + c, &sum, sizeof sum);
+  }
+  for (; c < width; ++c) out[c] += double(tile[c]);
+}
+
 // Team size for a job whose phases split `blocks` panels each: never more threads than blocks.
 inline int team_size(int threads, int64_t blocks) {
   if (blocks < 1) return 1;

@@ -49,21 +49,6 @@ inline int64_t max_block_rows(int64_t M, int64_t depth) {
   return (rows + kMaxRows - 1) / kMaxRows * kMaxRows;
 }
 
-// out[c] += double(tile[c]) for c < width (≤ NR), whole vectors where width allows.
-template <class T>
-inline void add_to_sums(const T* tile, double* out, int64_t width) {
-  constexpr int W = Vec<T>::width;
-  typedef double Wide __attribute__((vector_size(W * sizeof(double))));
-  int64_t c = 0;
-  for (; c + W <= width; c += W) {
-    Wide sum, add = __builtin_convertvector(load(tile + c), Wide);
-    std::memcpy(&sum, out + c, sizeof sum);
-    sum += add;
-    std::memcpy(out + c, &sum, sizeof sum);
-  }
-  for (; c < width; ++c) out[c] += double(tile[c]);
-}
-
 template <class T>
 struct GemmJob {
   const GemmArgs<T>& a;

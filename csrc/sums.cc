@@ -40,35 +40,15 @@ void product_sum(int64_t rows, int64_t cols, const T* a, int64_t a_rs, const T* 
 }
 
 constexpr int64_t kSumBlockRows = 16;  // common.py SUM_BLOCK_ROWS
-constexpr int kChains = 4;
+constexpr int kChains = 4;  // vectors of columns summed at once: independent chains of adds
 
 inline void column_sum_rows(int64_t rows, int64_t cols, const double* a, int64_t a_rs, double* out) {
-  constexpr int W = Vec<double>::width;
-  const int64_t vector_cols = cols / W * W;
   for (int64_t c = 0; c < cols; ++c) out[c] = 0.0;
-  // kSumBlockRows rows at a time, kChains vectors of columns held in registers across them (the
-  // same additions in the same order as one row at a time)
-  for (int64_t r0 = 0; r0 < rows; r0 += kSumBlockRows) {
-    const int64_t r1 = rows - r0 < kSumBlockRows ? rows : r0 + kSumBlockRows;
-    for (int64_t c0 = 0; c0 < vector_cols; c0 += kChains * W) {
-      const int chains = vector_cols - c0 >= kChains * W ? kChains : int((vector_cols - c0) / W);
-      V<double> sum[kChains];
-      for (int j = 0; j < kChains; ++j) sum[j] = j < chains ? load(out + c0 + j * W) : splat<double>(0.0);
-      for (int64_t r = r0; r < r1; ++r) {
-        const double* row = a + r * a_rs + c0;
-        for (int j = 0; j < kChains; ++j)
-          if (j < chains) sum[j] += load(row + j * W);
-      }
-      for (int j = 0; j < chains; ++j) store(out + c0 + j * W, sum[j]);
-    }
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = vector_cols; c < cols; ++c) out[c] += a[r * a_rs + c];
-  }
+  for (int64_t r = 0; r < rows; ++r) add_to_sums(a + r * a_rs, out, cols);
 }
 
 inline void column_sum_rows(int64_t rows, int64_t cols, const float* a, int64_t a_rs, float* out) {
   constexpr int W = Vec<float>::width;
-  typedef double Wide __attribute__((vector_size(W * sizeof(double))));
   const int64_t vector_cols = cols / W * W;
   // [0, cols): the blocks' float64 total; [cols, 2 cols): the tail's
   Buffer<double> sums{size_t(2 * cols)};
@@ -77,8 +57,7 @@ inline void column_sum_rows(int64_t rows, int64_t cols, const float* a, int64_t 
   for (int64_t c = 0; c < 2 * cols; ++c) sums.data[c] = 0.0;
   const int64_t whole = rows / kSumBlockRows * kSumBlockRows;
   for (int64_t r0 = 0; r0 < whole; r0 += kSumBlockRows) {
-    // kChains vectors of columns at a time: independent chains of adds (one chain is
-    // latency-bound)
+    // one block's float32 column sums, kChains vectors at a time (one chain is latency-bound)
     for (int64_t c0 = 0; c0 < vector_cols; c0 += kChains * W) {
       const int chains = vector_cols - c0 >= kChains * W ? kChains : int((vector_cols - c0) / W);
       V<float> block[kChains];
@@ -88,12 +67,9 @@ inline void column_sum_rows(int64_t rows, int64_t cols, const float* a, int64_t 
         for (int j = 0; j < kChains; ++j)
           if (j < chains) block[j] += load(row + j * W);
       }
-      for (int j = 0; j < chains; ++j) {
-        Wide total;
-        std::memcpy(&total, blocks_total + c0 + j * W, sizeof total);
-        total += __builtin_convertvector(block[j], Wide);
-        std::memcpy(blocks_total + c0 + j * W, &total, sizeof total);
-      }
+      float block_sums[kChains * W];
+      for (int j = 0; j < chains; ++j) store(block_sums + j * W, block[j]);
+      add_to_sums(block_sums, blocks_total + c0, chains * W);
     }
     for (int64_t c = vector_cols; c < cols; ++c) {
       float block = 0.0f;
@@ -101,8 +77,7 @@ inline void column_sum_rows(int64_t rows, int64_t cols, const float* a, int64_t 
       blocks_total[c] += double(block);
     }
   }
-  for (int64_t r = whole; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) tail_total[c] += double(a[r * a_rs + c]);
+  for (int64_t r = whole; r < rows; ++r) add_to_sums(a + r * a_rs, tail_total, cols);
   for (int64_t c = 0; c < cols; ++c) out[c] = float(tail_total[c] + blocks_total[c]);
 }
 
