@@ -361,6 +361,14 @@ PYBIND11_MODULE(_native, m) {
         py::arg("bytes"),
         "Test hook: the L2 size the one-row rule assumes (0: every R of depth >= 256 is read in "
         "place); -1 (default): the system's.");
+  m.def("set_min_step_macs_per_thread",
+        [](int64_t macs) { min_step_macs_per_thread.store(macs < 0 ? kMinStepMacsPerThread : macs,
+                                                          std::memory_order_relaxed); },
+        py::arg("macs"),
+        "Test hook: the multiply-adds of a time loop's step each thread of its team must get "
+        "(a smaller loop runs on fewer threads); 0: every loop on the whole team; -1: the default.");
+  m.def("min_step_macs_per_thread", [] { return min_step_macs_per_thread.load(); },
+        "The multiply-adds of a time loop's step each thread of its team must get.");
   m.def("release_cached_workspaces", &workspace_release_cached,
         "Frees the kernels' recycled workspace blocks that no call is using.");
   m.def("panel_width", [](int itemsize) {

@@ -269,6 +269,12 @@ extern std::atomic<bool> unpacked_steps;
 int64_t l2_cache_bytes();
 extern std::atomic<int64_t> l2_cache_override;
 
+// The multiply-adds of each step of a time loop that every thread of its team must get
+// (cells.h loop_team_size).  Test hook: min_step_macs_per_thread (default
+// kMinStepMacsPerThread); 0: every loop runs on as many threads as it has panels, however small.
+constexpr int64_t kMinStepMacsPerThread = 128 * 1024;
+extern std::atomic<int64_t> min_step_macs_per_thread;
+
 // Jobs that asked for more than one thread and ran with all of them, and with fewer (a worker
 // had not joined within the join window, or a small job ran alone beside cold workers):
 // diagnostics.

@@ -106,6 +106,8 @@ std::atomic<bool> unpacked_steps{true};
 
 std::atomic<int64_t> l2_cache_override{-1};
 
+std::atomic<int64_t> min_step_macs_per_thread{kMinStepMacsPerThread};
+
 int64_t l2_cache_bytes() {
   const int64_t set = l2_cache_override.load(std::memory_order_relaxed);
   if (set >= 0) return set;

@@ -639,6 +639,39 @@ def test_batch_slices_not_taken_where_they_do_not_apply(threads):
         assert native.sliced_loops() == before, case
 
 
+@contextlib.contextmanager
+def min_step_macs_per_thread(macs):
+    """The time loops' minimum work per thread and step set to ``macs`` (-1: the default)."""
+    native.set_min_step_macs_per_thread(macs)
+    try:
+        yield
+    finally:
+        native.set_min_step_macs_per_thread(0)  # the suite's setting (conftest.py)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_small_loops_run_on_one_thread(mode, threads):
+    """With the default minimum work per thread, a loop whose steps are too small to share
+    (here H = 20, B = 2: ~2K multiply-adds) runs on the caller alone, one with enough work
+    (H = 128, B = 16) on the team; both give the bits of every other team size, forward and
+    backward."""
+    threads(2)
+    small = Case(mode=mode, batch=2, max_time=4, num_units=20, input_size=3)
+    large = Case(mode=mode, batch=16, max_time=3, num_units=128, input_size=8, lengths=(3, 2) * 8)
+    with min_step_macs_per_thread(-1):
+        assert native.min_step_macs_per_thread() > 0
+        for case, shared in ((small, False), (large, True)):
+            before = sum(native.team_stats())
+            _inference_digest(case, np.float32)
+            assert (sum(native.team_stats()) > before) == shared, case
+            bits = _native_run(case)
+            with min_step_macs_per_thread(0):
+                assert _native_run(case) == bits, case
+            threads(1)
+            assert _native_run(case) == bits, case
+            threads(2)
+
+
 @pytest.mark.parametrize("use_peephole", [False, True])
 def test_block_lstm_in_batch_slices_gives_one_threads_bits(use_peephole, threads):
     """BlockLSTMV2 (ICFO weights read in place, peepholes, cell clip) and its gradient in batch
