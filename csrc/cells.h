@@ -50,13 +50,13 @@ inline int team_size(int threads, int64_t blocks) {
 // the phase counters) cost 1-2 µs on the 2-vCPU VMs we measured, more than a second thread saved
 // on a step of 64K multiply-adds: LSTM H = 128, B = 1, T = 25 ran its forward loop in 0.72-0.85x
 // and its backward loop in 0.57-0.62x of one thread's speed on two (docs/performance.md,
-// session 15).  Not when the matrix is larger than half of one core's L2: shared out, each
-// thread's part of it stays in its own cache (LSTM H = 256, B = 1: 1.45-1.6x on two threads).
+// session 15).  Not when the matrix does not stay in one core's L2 (fits_half_l2; an unknown L2
+// counts as too small): shared out, each thread's part of it stays in its own cache (LSTM
+// H = 256, B = 1: 1.45-1.6x on two threads).
 inline int loop_team_size(int threads, int64_t blocks, int64_t step_macs, int64_t packed_bytes) {
   const int team = team_size(threads, blocks);
   const int64_t per_thread = min_step_macs_per_thread.load(std::memory_order_relaxed);
-  const int64_t l2 = l2_cache_bytes();
-  if (team <= 1 || per_thread <= 0 || (l2 > 0 && 2 * packed_bytes > l2)) return team;
+  if (team <= 1 || per_thread <= 0 || !fits_half_l2(packed_bytes)) return team;
   const int64_t most = step_macs / per_thread;
   return most < 1 ? 1 : (most < team ? int(most) : team);
 }

@@ -269,6 +269,10 @@ extern std::atomic<bool> unpacked_steps;
 int64_t l2_cache_bytes();
 extern std::atomic<int64_t> l2_cache_override;
 
+// Whether a matrix of `bytes` read every step stays in one core's L2 between steps: no larger
+// than half of it (an unknown L2, 0, holds nothing).
+inline bool fits_half_l2(int64_t bytes) { return 2 * bytes <= l2_cache_bytes(); }
+
 // The multiply-adds of each step of a time loop that every thread of its team must get
 // (cells.h loop_team_size).  Test hook: min_step_macs_per_thread (default
 // kMinStepMacsPerThread); 0: every loop runs on as many threads as it has panels, however small.

@@ -450,7 +450,7 @@ inline bool reads_unpacked(int64_t batch, const StridedMatrix<T>& m, int64_t dep
   if (!m.data || !unpacked_steps.load(std::memory_order_relaxed)) return false;
   if (m.rs == 1)
     return once || (batch == 1 && depth >= kUnpackedMinDepth &&
-                    2 * depth * columns * int64_t(sizeof(T)) > l2_cache_bytes());
+                    !fits_half_l2(depth * columns * int64_t(sizeof(T))));
   return once && batch == 1 && m.cs == 1;
 }
 

@@ -353,8 +353,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
   job.input.blocks = a.gate_blocks;
   const int64_t step_macs = a.batch * (4 * a.units * (a.out_units + (a.x_gates ? 0 : a.inputs)) +
                                        (a.w_proj ? a.units * a.out_units : 0));
-  const int team = loop_team_size(threads, blocks, step_macs,
-                                  int64_t((job.rec.values() + proj_values) * sizeof(T)));
+  const int team = loop_team_size(threads, blocks, step_macs, job.rec.bytes() + job.proj.bytes());
   const int64_t depth = a.units > a.out_units ? a.units : a.out_units;  // K of R and of W_P
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, depth, projection));
   job.a_packs = &a_packs;
@@ -383,8 +382,7 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   job.dm = dm.data;
   job.dh_prev = dh_prev.data;
   const int64_t step_macs = a.batch * (4 * a.units * a.out_units + (a.w_proj ? a.units * a.out_units : 0));
-  const int team = loop_team_size(threads, blocks, step_macs,
-                                  int64_t((job.rec_t.values() + proj_values) * sizeof(T)));
+  const int team = loop_team_size(threads, blocks, step_macs, job.rec_t.bytes() + job.proj_t.bytes());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
   job.a_packs = &a_packs;
   run_open_job(job, team);

@@ -24,6 +24,7 @@ struct PackedMatrix {
   int64_t panels() const { return (columns + nr - 1) / nr; }
   int64_t panel_rows() const { return capacity ? capacity : rows; }
   size_t values() const { return size_t(groups * panels() * panel_rows() * nr); }
+  int64_t bytes() const { return int64_t(values() * sizeof(T)); }
   T* panel(int64_t g, int64_t j) const { return data + ((g * panels() + j) * panel_rows()) * nr; }
 };
 

@@ -136,8 +136,7 @@ void rnn_forward(const RnnForwardArgs<T>& a, int threads) {
   ProjectionBuffers<T> projection(job.input, job.rec, a.x_gates ? nullptr : a.x, a.inputs,
                                   a.steps, a.batch, a.bias, nullptr, a.valid, unpacked.in);
   const int64_t step_macs = a.batch * a.units * (a.units + (a.x_gates ? 0 : a.inputs));
-  const int team = loop_team_size(threads, job.rec.panels(), step_macs,
-                                  int64_t(job.rec.values() * sizeof(T)));
+  const int team = loop_team_size(threads, job.rec.panels(), step_macs, job.rec.bytes());
   PerThread<T> a_packs(team, loop_workspace_values<T>(a.batch, a.units, projection));
   job.a_packs = &a_packs;
   run_open_job(job, team);
@@ -151,7 +150,7 @@ void rnn_backward(const RnnBackwardArgs<T>& a, int threads) {
   job.rec_t.data = rec_t.data;
   job.dh_prev = dh_prev.data;
   const int team = loop_team_size(threads, job.rec_t.panels(), a.batch * a.units * a.units,
-                                  int64_t(job.rec_t.values() * sizeof(T)));
+                                  job.rec_t.bytes());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, a.units));
   job.a_packs = &a_packs;
   run_open_job(job, team);

@@ -658,7 +658,7 @@ def test_small_loops_run_on_one_thread(mode, threads):
     threads(2)
     small = Case(mode=mode, batch=2, max_time=4, num_units=20, input_size=3)
     large = Case(mode=mode, batch=16, max_time=3, num_units=128, input_size=8, lengths=(3, 2) * 8)
-    with min_step_macs_per_thread(-1):
+    with min_step_macs_per_thread(-1), l2_cache(512 << 10):  # every R here fits half of it
         assert native.min_step_macs_per_thread() > 0
         for case, shared in ((small, False), (large, True)):
             before = sum(native.team_stats())
