@@ -12,7 +12,10 @@
 // accurate (float): the sum over K, often T·B ≥ 3000 rows, is formed in float32 over blocks of
 // kAccurateRows consecutive k, the (up to 16) block sums of a K chunk are added in float32 and
 // the chunk sums in float64 (error ≤ (γ_79 + u)·Σ|a b| instead of γ_K): the issue-7 accuracy at
-// the cost of a float32 add per block and a float64 add per chunk and element.
+// the cost of a float32 add per block and a float64 add per chunk and element.  The float64
+// sums live in an [M, N] array between chunks: the first chunk writes it (0 + its sum), the
+// last reads it and writes C, the ones between add to it (three passes over it fewer than
+// zeroing it first and converting it after: the same additions, so the same bits).
 #include "cells.h"
 
 namespace fusedrnn {
@@ -82,11 +85,17 @@ struct GemmJob {
           T tile[kMaxRows * nr];
           micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile);
           for (int i = 0; i < r; ++i) {
-            if (sums) {  // several chunks
-              add_to_sums(tile + i * nr, sums + (m0 + r0 + i) * N + j * nr, width);
-            } else {     // one chunk: its float32 sum is the result (0 + x is exact in float64)
-              T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
-              for (int64_t col = 0; col < width; ++col) c[col] = tile[i * nr + col];
+            T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
+            double* sum = sums ? sums + (m0 + r0 + i) * N + j * nr : nullptr;
+            const T* t = tile + i * nr;
+            if (!sums) {           // one chunk: its float32 sum is the result (0 + x is exact in float64)
+              for (int64_t col = 0; col < width; ++col) c[col] = t[col];
+            } else if (k0 == 0) {  // the first of several chunks
+              for (int64_t col = 0; col < width; ++col) sum[col] = 0.0 + double(t[col]);
+            } else if (k1 < a.K) {
+              add_to_sums(t, sum, width);
+            } else {               // the last
+              for (int64_t col = 0; col < width; ++col) c[col] = T(sum[col] + double(t[col]));
             }
           }
         }
@@ -94,27 +103,14 @@ struct GemmJob {
     }
   }
 
-  // The float64 sums of rows [m0, m1), columns [n0, n1): zeroed before, stored into C after.
-  void zero_sums(int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t n = n0; n < n1; ++n) sums[m * a.N + n] = 0.0;
-  }
-  void store_sums(int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t n = n0; n < n1; ++n) a.C[m * a.ldc + n] = T(sums[m * a.N + n]);
-  }
-
   void run(int t_id, int n_threads, Sync* sync) {
     if (by_rows) return run_by_rows(t_id, n_threads, sync);
-    constexpr int nr = PackedMatrix<T>::nr;
-    const int64_t M = a.M, N = a.N, K = a.K;
+    const int64_t M = a.M, K = a.K;
     const int64_t chunk_rows = chunk.rows;
     int64_t j0, j1;
     split_blocks(chunk.panels(), t_id, n_threads, &j0, &j1);
     if (j0 >= j1) return;
     T* a_pack = a_packs->of(t_id);
-    const int64_t n0 = j0 * nr, n1 = j1 * nr < N ? j1 * nr : N;
-    if (sums) zero_sums(0, M, n0, n1);
     for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += chunk_rows) {
       const int64_t k1 = K - k0 < chunk_rows ? K : k0 + chunk_rows;
       PackedMatrix<T> b = chunk;
@@ -123,7 +119,6 @@ struct GemmJob {
       pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
       multiply_chunk(b, k0, k1, 0, M, j0, j1, a_pack);
     }
-    if (sums) store_sums(0, M, n0, n1);
   }
 
   // Thread t owns rows [m_begin, m_end) of C (whole micro-kernel row blocks) and packs a share
@@ -132,14 +127,13 @@ struct GemmJob {
   // once per chunk: past that barrier every thread has finished chunk c - 1, the previous user
   // of the buffer chunk c + 1 is packed into.
   void run_by_rows(int t_id, int n_threads, Sync* sync) {
-    const int64_t M = a.M, K = a.K, N = a.N;
+    const int64_t M = a.M, K = a.K;
     const int64_t chunk_rows = chunk.rows;
     int64_t u0, u1, p0, p1;
     split_blocks((M + kMaxRows - 1) / kMaxRows, t_id, n_threads, &u0, &u1);
     split_blocks(chunk.panels(), t_id, n_threads, &p0, &p1);
     const int64_t m_begin = u0 * kMaxRows, m_end = u1 * kMaxRows < M ? u1 * kMaxRows : M;
     T* a_pack = a_packs->of(t_id);
-    if (sums) zero_sums(m_begin, m_end, 0, N);
     int64_t c = 0;
     for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += chunk_rows, ++c) {
       const int64_t k1 = K - k0 < chunk_rows ? K : k0 + chunk_rows;
@@ -151,7 +145,6 @@ struct GemmJob {
       sync->wait();  // the chunk is packed
       if (m_begin < m_end) multiply_chunk(b, k0, k1, m_begin, m_end, 0, b.panels(), a_pack);
     }
-    if (sums) store_sums(m_begin, m_end, 0, N);
   }
 };
 
