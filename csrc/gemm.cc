@@ -14,8 +14,9 @@
 // the chunk sums in float64 (error ≤ (γ_79 + u)·Σ|a b| instead of γ_K): the issue-7 accuracy at
 // the cost of a float32 add per block and a float64 add per chunk and element.  The float64
 // sums live in an [M, N] array between chunks: the first chunk writes it (0 + its sum), the
-// last reads it and writes C, the ones between add to it (three passes over it fewer than
-// zeroing it first and converting it after: the same additions, so the same bits).
+// ones between add to it, the last adds its sum and rounds into C (no zeroing pass before, no
+// conversion pass after, and the first and last chunks touch it once each: the same additions,
+// so the same bits).
 #include "cells.h"
 
 namespace fusedrnn {
