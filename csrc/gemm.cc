@@ -89,13 +89,14 @@ struct GemmJob {
             T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
             double* sum = sums ? sums + (m0 + r0 + i) * N + j * nr : nullptr;
             const T* t = tile + i * nr;
-            if (!sums) {           // one chunk: its float32 sum is the result (0 + x is exact in float64)
+            // one chunk: its float32 sum is the result (0 + x is exact in float64)
+            if (!sums) {
               for (int64_t col = 0; col < width; ++col) c[col] = t[col];
             } else if (k0 == 0) {  // the first of several chunks
               for (int64_t col = 0; col < width; ++col) sum[col] = 0.0 + double(t[col]);
-            } else if (k1 < a.K) {
+            } else if (k1 < a.K) {  // a chunk between
               add_to_sums(t, sum, width);
-            } else {               // the last
+            } else {                // the last
               for (int64_t col = 0; col < width; ++col) c[col] = T(sum[col] + double(t[col]));
             }
           }
