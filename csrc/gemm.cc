@@ -12,11 +12,13 @@
 // accurate (float): the sum over K, often T·B ≥ 3000 rows, is formed in float32 over blocks of
 // kAccurateRows consecutive k, the (up to 16) block sums of a K chunk are added in float32 and
 // the chunk sums in float64 (error ≤ (γ_79 + u)·Σ|a b| instead of γ_K): the issue-7 accuracy at
-// the cost of a float32 add per block and a float64 add per chunk and element.  The float64
-// sums live in an [M, N] array between chunks: the first chunk writes it (0 + its sum), the
-// ones between add to it, the last adds its sum and rounds into C (no zeroing pass before, no
-// conversion pass after, and the first and last chunks touch it once each: the same additions,
-// so the same bits).
+// the cost of a float32 add per block and a float64 add per chunk and element.  With one chunk
+// the block sums are added in C itself.  With several, the float64 sums live between chunks in
+// an array in tile order, [panel][row][NR] (the row blocks that follow each other in the loop
+// are contiguous: a stream the hardware prefetches, where rows N values apart were not): the
+// first chunk writes it (0 + its sum), the ones between add to it, the last adds its sum and
+// rounds into C (no zeroing pass before, no conversion pass after, and the first and last
+// chunks touch it once each: the same additions, so the same bits).
 #include "cells.h"
 
 namespace fusedrnn {
@@ -61,7 +63,8 @@ struct GemmJob {
   const PerThread<T>* a_packs;  // block_rows(M) × chunk rows per thread
   bool accurate;
   bool by_rows;                 // the team splits C's rows (else its panels)
-  double* sums;                 // accurate with several K chunks: [M, N] float64 partial sums
+  double* sums;                 // accurate with several K chunks: float64 partial sums,
+                                // [panels][M][nr] (tile order)
 
   // C[m_begin:m_end, panels j0..j1) (+)= A[m_begin:m_end, k0:k1] · (B's chunk, packed in b).
   void multiply_chunk(const PackedMatrix<T>& b, int64_t k0, int64_t k1, int64_t m_begin,
@@ -83,13 +86,19 @@ struct GemmJob {
                           a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
             continue;
           }
+          if (!sums && width == nr) {  // one chunk: its float32 sum is the result, formed in C
+            micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel,
+                                 a.C + (m0 + r0) * a.ldc + j * nr, a.ldc);
+            continue;
+          }
           T tile[kMaxRows * nr];
-          micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile);
+          micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile, nr);
           for (int i = 0; i < r; ++i) {
             T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
-            double* sum = sums ? sums + (m0 + r0 + i) * N + j * nr : nullptr;
+            double* sum = sums ? sums + (j * a.M + m0 + r0 + i) * nr : nullptr;
             const T* t = tile + i * nr;
-            // one chunk: its float32 sum is the result (0 + x is exact in float64)
+            // one chunk (a narrower last panel): its float32 sum is the result (0 + x is exact
+            // in float64)
             if (!sums) {
               for (int64_t col = 0; col < width; ++col) c[col] = t[col];
             } else if (k0 == 0) {  // the first of several chunks
@@ -174,7 +183,7 @@ void gemm(const GemmArgs<T>& a, int threads) {
   job.chunk_data[1] = chunk.data + (job.by_rows ? job.chunk.values() : 0);
   job.accurate = a.accurate && sizeof(T) == sizeof(float) && a.K > kAccurateRows;
   const bool chunks = job.accurate && a.K > job.chunk.rows;
-  Buffer<double> sums(chunks ? size_t(a.M * a.N) : 0);
+  Buffer<double> sums(chunks ? size_t(a.M * job.chunk.panels() * PackedMatrix<T>::nr) : 0);
   job.sums = chunks ? sums.data : nullptr;
   // Sized for all of M: the workers that join may be fewer than `team` (then each thread's
   // range of rows is longer than M / team).

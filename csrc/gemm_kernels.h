@@ -111,12 +111,13 @@ __attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, 
 
 // The accurate weight-gradient kernel: rows [0, MR) of one panel, k in [0, depth) cut into
 // blocks of `block` consecutive k; each block's sum is formed in the registers from zero (one
-// FMA chain per element, as micro_kernel) and added to `tile` ([MR, NR], row stride NR) in
-// float32, the first block stored.  Staying in one call keeps the FMA pipeline busy across the
-// block boundaries (a call per block drained it: ~6 % of the GEMM).
+// FMA chain per element, as micro_kernel) and added to `tile` ([MR, NR], rows `tile_stride`
+// apart: a tile of the caller's, or C itself) in float32, the first block stored.  Staying in
+// one call keeps the FMA pipeline busy across the block boundaries (a call per block drained
+// it: ~6 % of the GEMM).
 template <class T, int MR>
 __attribute__((noinline)) void micro_kernel_blocks(int64_t depth, int64_t block, const T* a,
-                                                   const T* panel, T* tile) {
+                                                   const T* panel, T* tile, int64_t tile_stride) {
   constexpr int W = Vec<T>::width;
   constexpr int nr = 2 * W;
   for (int64_t k0 = 0; k0 < depth || k0 == 0; k0 += block) {
@@ -136,7 +137,7 @@ __attribute__((noinline)) void micro_kernel_blocks(int64_t depth, int64_t block,
       }
     }
     for (int r = 0; r < MR; ++r) {
-      T* t = tile + r * nr;
+      T* t = tile + r * tile_stride;
       if (k0 == 0) {
         store(t, acc[r][0]);
         store(t + W, acc[r][1]);
@@ -150,15 +151,15 @@ __attribute__((noinline)) void micro_kernel_blocks(int64_t depth, int64_t block,
 
 template <class T>
 inline void micro_rows_blocks(int rows, int64_t depth, int64_t block, const T* a, const T* panel,
-                              T* tile) {
+                              T* tile, int64_t tile_stride) {
   switch (rows) {
-    case 1: micro_kernel_blocks<T, 1>(depth, block, a, panel, tile); break;
-    case 2: micro_kernel_blocks<T, 2>(depth, block, a, panel, tile); break;
-    case 3: micro_kernel_blocks<T, 3>(depth, block, a, panel, tile); break;
-    case 4: micro_kernel_blocks<T, 4>(depth, block, a, panel, tile); break;
+    case 1: micro_kernel_blocks<T, 1>(depth, block, a, panel, tile, tile_stride); break;
+    case 2: micro_kernel_blocks<T, 2>(depth, block, a, panel, tile, tile_stride); break;
+    case 3: micro_kernel_blocks<T, 3>(depth, block, a, panel, tile, tile_stride); break;
+    case 4: micro_kernel_blocks<T, 4>(depth, block, a, panel, tile, tile_stride); break;
 #if FUSEDRNN_VECTOR_BYTES >= 32
-    case 5: micro_kernel_blocks<T, 5>(depth, block, a, panel, tile); break;
-    case 6: micro_kernel_blocks<T, 6>(depth, block, a, panel, tile); break;
+    case 5: micro_kernel_blocks<T, 5>(depth, block, a, panel, tile, tile_stride); break;
+    case 6: micro_kernel_blocks<T, 6>(depth, block, a, panel, tile, tile_stride); break;
 #endif
     default: break;
   }

@@ -49,7 +49,8 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     ``inputs`` (= I): the LSTM forward's in-loop input projection (packed ``W``, a chunk of
     ``⌈128/B⌉·B`` rows of ``x W``, each thread's packed chunk of ``x`` and its copy of the
     chunk's live rows) and the backward's
-    weight-gradient GEMMs (``[max(I, Hout), G·H]`` float64 sums and two packed 1024-row chunks);
+    weight-gradient GEMMs (``[G·H, max(I, Hout)]`` float64 sums, NR-padded, and two packed
+    1024-row chunks);
     the largest of the phases counts; a forward in batch slices (``SLICE_ROWS``), each slice's.
     Everything else a call uses is a NumPy array the callers' estimates already count (the
     trace, the gate gradients)."""
@@ -77,7 +78,7 @@ def _team_workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     rows = -(-128 // B) * B if B else 128  # whole steps of at least 128 rows
     # per thread: the packed chunk of x and (variable lengths) the chunk's live rows of x
     projection = (G * padded(H) * inputs + rows * G * H + 2 * threads * rows * inputs) * itemsize
-    gemm = max(inputs, Hout) * padded(G * H) * 8 + 2 * 1024 * padded(max(G * H, inputs)) * itemsize \
+    gemm = padded(G * H) * padded(max(inputs, Hout)) * 8 + 2 * 1024 * padded(max(G * H, inputs)) * itemsize \
         + threads * 198 * 1024 * itemsize
     return loop + max(projection, gemm)
 
