@@ -78,8 +78,8 @@ def _team_workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     rows = -(-128 // B) * B if B else 128  # whole steps of at least 128 rows
     # per thread: the packed chunk of x and (variable lengths) the chunk's live rows of x
     projection = (G * padded(H) * inputs + rows * G * H + 2 * threads * rows * inputs) * itemsize
-    gemm = padded(G * H) * padded(max(inputs, Hout)) * 8 + 2 * 1024 * padded(max(G * H, inputs)) * itemsize \
-        + threads * 198 * 1024 * itemsize
+    gemm = (padded(G * H) * padded(max(inputs, Hout)) * 8
+            + 2 * 1024 * padded(max(G * H, inputs)) * itemsize + threads * 198 * 1024 * itemsize)
     return loop + max(projection, gemm)
 
 
