@@ -81,20 +81,20 @@ struct GemmJob {
         for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
           const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
           const T* block = a_pack + r0 * depth;
+          T* const c_block = a.C + (m0 + r0) * a.ldc + j * nr;  // C's rows of this block, panel j
           if (!accurate) {
-            micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr,
-                          a.C + (m0 + r0) * a.ldc + j * nr, a.ldc, width, k0 > 0);
+            micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr, c_block, a.ldc, width,
+                          k0 > 0);
             continue;
           }
           if (!sums && width == nr) {  // one chunk: its float32 sum is the result, formed in C
-            micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel,
-                                 a.C + (m0 + r0) * a.ldc + j * nr, a.ldc);
+            micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, c_block, a.ldc);
             continue;
           }
           T tile[kMaxRows * nr];
           micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile, nr);
           for (int i = 0; i < r; ++i) {
-            T* c = a.C + (m0 + r0 + i) * a.ldc + j * nr;
+            T* c = c_block + i * a.ldc;
             double* sum = sums ? sums + (j * a.M + m0 + r0 + i) * nr : nullptr;
             const T* t = tile + i * nr;
             // one chunk (a narrower last panel): its float32 sum is the result (0 + x is exact
