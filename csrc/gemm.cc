@@ -75,38 +75,47 @@ struct GemmJob {
     for (int64_t m0 = m_begin; m0 < m_end; m0 += m_block) {
       const int64_t rows = m_end - m0 < m_block ? m_end - m0 : m_block;
       pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
-      for (int64_t j = j0; j < j1; ++j) {
-        const int64_t width = N - j * nr < nr ? N - j * nr : nr;
+      for (int64_t j = j0; j < j1; j += kPanelsPerBlock) {
+        const int panels = int(j1 - j < kPanelsPerBlock ? j1 - j : kPanelsPerBlock);
+        const int64_t j_last = j + panels - 1;
+        const int64_t width = N - j_last * nr < nr ? N - j_last * nr : nr;  // of the last panel
         const T* panel = b.panel(0, j);
+        const int64_t panel_stride = chunk_rows * nr;
         for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
           const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
           const T* block = a_pack + r0 * depth;
           T* const c_block = a.C + (m0 + r0) * a.ldc + j * nr;  // C's rows of this block, panel j
           if (!accurate) {
-            micro_rows<T>(r, 1, 0, depth, block, panel, chunk_rows * nr, c_block, a.ldc, width,
+            micro_rows<T>(r, panels, 0, depth, block, panel, panel_stride, c_block, a.ldc, width,
                           k0 > 0);
             continue;
           }
           if (!sums && width == nr) {  // one chunk: its float32 sum is the result, formed in C
-            micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, c_block, a.ldc);
+            micro_rows_blocks<T>(r, panels, depth, kAccurateRows, block, panel, panel_stride,
+                                 c_block, a.ldc);
             continue;
           }
-          T tile[kMaxRows * nr];
-          micro_rows_blocks<T>(r, depth, kAccurateRows, block, panel, tile, nr);
-          for (int i = 0; i < r; ++i) {
-            T* c = c_block + i * a.ldc;
-            double* sum = sums ? sums + (j * a.M + m0 + r0 + i) * nr : nullptr;
-            const T* t = tile + i * nr;
-            // one chunk (a narrower last panel): its float32 sum is the result (0 + x is exact
-            // in float64)
-            if (!sums) {
-              for (int64_t col = 0; col < width; ++col) c[col] = t[col];
-            } else if (k0 == 0) {  // the first of several chunks
-              for (int64_t col = 0; col < width; ++col) sum[col] = 0.0 + double(t[col]);
-            } else if (k1 < a.K) {  // a chunk between
-              add_to_sums(t, sum, width);
-            } else {                // the last
-              for (int64_t col = 0; col < width; ++col) c[col] = T(sum[col] + double(t[col]));
+          const int64_t tile_stride = panels * nr;
+          T tile[kMaxRows * kPanelsPerBlock * nr];
+          micro_rows_blocks<T>(r, panels, depth, kAccurateRows, block, panel, panel_stride, tile,
+                               tile_stride);
+          for (int p = 0; p < panels; ++p) {
+            const int64_t columns = p == panels - 1 ? width : nr;
+            for (int i = 0; i < r; ++i) {
+              T* c = c_block + i * a.ldc + p * nr;
+              double* sum = sums ? sums + ((j + p) * a.M + m0 + r0 + i) * nr : nullptr;
+              const T* t = tile + i * tile_stride + p * nr;
+              // one chunk (a narrower last panel): its float32 sum is the result (0 + x is
+              // exact in float64)
+              if (!sums) {
+                for (int64_t col = 0; col < columns; ++col) c[col] = t[col];
+              } else if (k0 == 0) {  // the first of several chunks
+                for (int64_t col = 0; col < columns; ++col) sum[col] = 0.0 + double(t[col]);
+              } else if (k1 < a.K) {  // a chunk between
+                add_to_sums(t, sum, columns);
+              } else {                // the last
+                for (int64_t col = 0; col < columns; ++col) c[col] = T(sum[col] + double(t[col]));
+              }
             }
           }
         }

@@ -21,6 +21,15 @@ constexpr int kMaxRows = 6;  // 12 accumulators + 2 panel vectors + 1 broadcast 
 #else
 constexpr int kMaxRows = 4;
 #endif
+// Panels per kernel call for a block of 3 or more rows: two where 32 vector registers hold 24
+// accumulators (AVX-512: half the broadcasts of A per FMA; step GEMMs [16-64, 256-512] x
+// [256-512, 4 · (256-512)] 4-9 % faster on an Intel Xeon with two 512-bit FMA units, the same
+// bits), else one.
+#if FUSEDRNN_VECTOR_BYTES >= 64
+constexpr int kPanelsPerBlock = 2;
+#else
+constexpr int kPanelsPerBlock = 1;
+#endif
 
 // 4 KiB of each A row per K chunk (1024 floats, 512 doubles): a 6-row block of packed A (24 KiB)
 // stays in L1 and the panel streams from L2, which keeps up with the kernel (two vector loads
@@ -109,64 +118,86 @@ __attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, 
   }
 }
 
-// The accurate weight-gradient kernel: rows [0, MR) of one panel, k in [0, depth) cut into
-// blocks of `block` consecutive k; each block's sum is formed in the registers from zero (one
-// FMA chain per element, as micro_kernel) and added to `tile` ([MR, NR], rows `tile_stride`
-// apart: a tile of the caller's, or C itself) in float32, the first block stored.  Staying in
-// one call keeps the FMA pipeline busy across the block boundaries (a call per block drained
-// it: ~6 % of the GEMM).
-template <class T, int MR>
+// The accurate weight-gradient kernel: rows [0, MR) of NP consecutive panels (`panel_stride`
+// values apart), k in [0, depth) cut into blocks of `block` consecutive k; each block's sum is
+// formed in the registers from zero (one FMA chain per element, as micro_kernel) and added to
+// `tile` ([MR, NP·NR], rows `tile_stride` apart: a tile of the caller's, or C itself) in float32,
+// the first block stored.  Staying in one call keeps the FMA pipeline busy across the block
+// boundaries (a call per block drained it: ~6 % of the GEMM).
+template <class T, int MR, int NP>
 __attribute__((noinline)) void micro_kernel_blocks(int64_t depth, int64_t block, const T* a,
-                                                   const T* panel, T* tile, int64_t tile_stride) {
+                                                   const T* panel, int64_t panel_stride, T* tile,
+                                                   int64_t tile_stride) {
   constexpr int W = Vec<T>::width;
   constexpr int nr = 2 * W;
   for (int64_t k0 = 0; k0 < depth || k0 == 0; k0 += block) {
     const int64_t k1 = depth - k0 < block ? depth : k0 + block;
-    V<T> acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = splat<T>(T(0));
+    V<T> acc[MR][2 * NP];
+    for (int r = 0; r < MR; ++r)
+      for (int q = 0; q < 2 * NP; ++q) acc[r][q] = splat<T>(T(0));
     const T* ak = a + k0 * MR;
     const T* bk = panel + k0 * nr;
 #pragma GCC unroll 4  // as micro_kernel's loop
     for (int64_t k = k0; k < k1; ++k, ak += MR, bk += nr) {
-      __builtin_prefetch(bk + kPrefetchAhead * nr);
-      const V<T> b0 = load(bk), b1 = load(bk + W);
+      V<T> b[2 * NP];
+      for (int p = 0; p < NP; ++p) {
+        __builtin_prefetch(bk + p * panel_stride + kPrefetchAhead * nr);
+        b[2 * p] = load(bk + p * panel_stride);
+        b[2 * p + 1] = load(bk + p * panel_stride + W);
+      }
       for (int r = 0; r < MR; ++r) {
         const V<T> av = broadcast(ak + r);
-        acc[r][0] = fmadd(av, b0, acc[r][0]);
-        acc[r][1] = fmadd(av, b1, acc[r][1]);
+        for (int q = 0; q < 2 * NP; ++q) acc[r][q] = fmadd(av, b[q], acc[r][q]);
       }
     }
     for (int r = 0; r < MR; ++r) {
       T* t = tile + r * tile_stride;
-      if (k0 == 0) {
-        store(t, acc[r][0]);
-        store(t + W, acc[r][1]);
-      } else {
-        store(t, load(t) + acc[r][0]);
-        store(t + W, load(t + W) + acc[r][1]);
+      for (int q = 0; q < 2 * NP; ++q) {
+        if (k0 == 0) {
+          store(t + q * W, acc[r][q]);
+        } else {
+          store(t + q * W, load(t + q * W) + acc[r][q]);
+        }
       }
     }
   }
 }
 
 template <class T>
-inline void micro_rows_blocks(int rows, int64_t depth, int64_t block, const T* a, const T* panel,
-                              T* tile, int64_t tile_stride) {
+inline void micro_rows_blocks(int rows, [[maybe_unused]] int panels, int64_t depth, int64_t block,
+                              const T* a, const T* panel, int64_t panel_stride, T* tile,
+                              int64_t tile_stride) {
+#define FUSEDRNN_KERNEL(MR, NP) \
+  micro_kernel_blocks<T, MR, NP>(depth, block, a, panel, panel_stride, tile, tile_stride)
+#if FUSEDRNN_VECTOR_BYTES >= 64
+  if (panels == 2) {
+    switch (rows) {
+      case 1: FUSEDRNN_KERNEL(1, 2); return;
+      case 2: FUSEDRNN_KERNEL(2, 2); return;
+      case 3: FUSEDRNN_KERNEL(3, 2); return;
+      case 4: FUSEDRNN_KERNEL(4, 2); return;
+      case 5: FUSEDRNN_KERNEL(5, 2); return;
+      case 6: FUSEDRNN_KERNEL(6, 2); return;
+      default: return;
+    }
+  }
+#endif
   switch (rows) {
-    case 1: micro_kernel_blocks<T, 1>(depth, block, a, panel, tile, tile_stride); break;
-    case 2: micro_kernel_blocks<T, 2>(depth, block, a, panel, tile, tile_stride); break;
-    case 3: micro_kernel_blocks<T, 3>(depth, block, a, panel, tile, tile_stride); break;
-    case 4: micro_kernel_blocks<T, 4>(depth, block, a, panel, tile, tile_stride); break;
+    case 1: FUSEDRNN_KERNEL(1, 1); break;
+    case 2: FUSEDRNN_KERNEL(2, 1); break;
+    case 3: FUSEDRNN_KERNEL(3, 1); break;
+    case 4: FUSEDRNN_KERNEL(4, 1); break;
 #if FUSEDRNN_VECTOR_BYTES >= 32
-    case 5: micro_kernel_blocks<T, 5>(depth, block, a, panel, tile, tile_stride); break;
-    case 6: micro_kernel_blocks<T, 6>(depth, block, a, panel, tile, tile_stride); break;
+    case 5: FUSEDRNN_KERNEL(5, 1); break;
+    case 6: FUSEDRNN_KERNEL(6, 1); break;
 #endif
     default: break;
   }
+#undef FUSEDRNN_KERNEL
 }
 
-// Panels per kernel call for a block of `rows` rows (accumulators ≤ 12 registers).
-inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : 1; }
+// Panels per kernel call for a block of `rows` rows (1 or 2 rows: 8 to 12 accumulators).
+inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : kPanelsPerBlock; }
 
 template <class T>
 inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a, const T* panel,
@@ -190,6 +221,17 @@ inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a,
       default: FUSEDRNN_KERNEL(2, 1); return;
     }
   }
+#if FUSEDRNN_VECTOR_BYTES >= 64
+  if (panels == 2) {
+    switch (rows) {
+      case 3: FUSEDRNN_KERNEL(3, 2); return;
+      case 4: FUSEDRNN_KERNEL(4, 2); return;
+      case 5: FUSEDRNN_KERNEL(5, 2); return;
+      case 6: FUSEDRNN_KERNEL(6, 2); return;
+      default: return;
+    }
+  }
+#endif
   switch (rows) {
     case 3: FUSEDRNN_KERNEL(3, 1); break;
     case 4: FUSEDRNN_KERNEL(4, 1); break;
@@ -488,8 +530,8 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
   T* tile = work + M * B.rows;
   // Panels outermost (a panel's K chunk is reused from L1 by every row block); several panels
   // per call only when the whole GEMM has 1 or 2 rows.
-  const int step = M < 3 ? panels_per_call(int(M)) : 1;
-  const bool streams = step == 1 && B.values() * sizeof(T) > kL2ResidentBytes;
+  const int step = panels_per_call(int(M < kMaxRows ? M : kMaxRows));
+  const bool streams = M >= 3 && B.values() * sizeof(T) > kL2ResidentBytes;
   for (int64_t g = 0; g < B.groups; ++g) {
     for (int64_t j = first; j < last; j += step) {
       const int panels = int(last - j < step ? last - j : step);
@@ -511,8 +553,8 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
           if (k1 < B.rows) {
             next = panel + k1 * nr;
             next_rows = B.rows - k1 < k_chunk<T> ? B.rows - k1 : k_chunk<T>;
-          } else if (j + 1 < last || g + 1 < B.groups) {
-            next = j + 1 < last ? B.panel(g, j + 1) : B.panel(g + 1, first);
+          } else if (j + step < last || g + 1 < B.groups) {
+            next = j + step < last ? B.panel(g, j + step) : B.panel(g + 1, first);
             next_rows = B.rows < k_chunk<T> ? B.rows : k_chunk<T>;
           }
         }
