@@ -51,12 +51,14 @@ constexpr size_t kL2ResidentBytes = size_t(1) << 20;
 // C + p·NR; only the last one may be narrower than NR (`last_width`).  NP > 1 gives a few rows
 // enough independent accumulators to hide the FMA latency; each element's sum is the same
 // sequence of FMAs whatever MR and NP.  [ahead, ahead_end): bytes to fetch into L2 meanwhile,
-// a line per k (two when the range holds more lines than the chunk has k).
+// a line per k (two when the range holds more lines than the chunk has k), and as many at
+// `ahead_stride` bytes further for each further panel (0: none; the next call's panels).
 // Never inlined: inside a large caller GCC may keep the accumulators in memory.
 template <class T, int MR, int NP>
 __attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, const T* panel,
                          int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
-                         bool accumulate, const char* ahead, const char* ahead_end) {
+                         bool accumulate, const char* ahead, const char* ahead_end,
+                         int64_t ahead_stride) {
   constexpr int W = Vec<T>::width;
   constexpr int nr = 2 * W;
   V<T> acc[MR][2 * NP];
@@ -86,8 +88,10 @@ __attribute__((noinline)) void micro_kernel(int64_t k0, int64_t k1, const T* a, 
 #pragma GCC unroll 4
   for (int64_t k = k0; k < k1; ++k, ak += MR, bk += nr) {
     if (ahead < ahead_end) {
-      __builtin_prefetch(ahead, 0, 2);
-      if (two_lines) __builtin_prefetch(ahead + 64, 0, 2);
+      for (int p = 0; p < (ahead_stride ? NP : 1); ++p) {
+        __builtin_prefetch(ahead + p * ahead_stride, 0, 2);
+        if (two_lines) __builtin_prefetch(ahead + p * ahead_stride + 64, 0, 2);
+      }
       ahead += two_lines ? 128 : 64;
     }
     V<T> b[2 * NP];
@@ -202,10 +206,11 @@ inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : kP
 template <class T>
 inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a, const T* panel,
                        int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
-                       bool accumulate, const char* ahead = nullptr, const char* ahead_end = nullptr) {
+                       bool accumulate, const char* ahead = nullptr, const char* ahead_end = nullptr,
+                       int64_t ahead_stride = 0) {
 #define FUSEDRNN_KERNEL(MR, NP) \
   micro_kernel<T, MR, NP>(k0, k1, a, panel, panel_stride, C, ldc, last_width, accumulate, ahead, \
-                          ahead_end)
+                          ahead_end, ahead_stride)
   if (rows == 1) {
     switch (panels) {
       case 4: FUSEDRNN_KERNEL(1, 4); return;
@@ -528,8 +533,8 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
   if (first >= last) return;
   const bool chunked = B.rows > k_chunk<T>;
   T* tile = work + M * B.rows;
-  // Panels outermost (a panel's K chunk is reused from L1 by every row block); several panels
-  // per call only when the whole GEMM has 1 or 2 rows.
+  // Panels outermost (a panel's K chunk is reused from L1 by every row block), panels_per_call
+  // of them at a time.
   const int step = panels_per_call(int(M < kMaxRows ? M : kMaxRows));
   const bool streams = M >= 3 && B.values() * sizeof(T) > kL2ResidentBytes;
   for (int64_t g = 0; g < B.groups; ++g) {
@@ -544,20 +549,23 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
       const int64_t ldo = chunked ? panels * nr : ldc;
       for (int64_t k0 = 0; k0 < B.rows || k0 == 0; k0 += k_chunk<T>) {
         const int64_t k1 = B.rows - k0 < k_chunk<T> ? B.rows : k0 + k_chunk<T>;
-        // The chunk computed next (this panel's next K chunk, else the next panel's first),
-        // fetched into L2 a line or two per k over this chunk's row blocks, so that a matrix
-        // streaming from L3 or memory arrives while the kernel computes instead of between.
+        // The chunk computed next (these panels' next K chunk, else the next panels' first),
+        // fetched into L2 a line or two per k and panel over this chunk's row blocks, so that a
+        // matrix streaming from L3 or memory arrives while the kernel computes instead of between.
         const T* next = nullptr;
-        int64_t next_rows = 0;
+        int64_t next_rows = 0, next_panels = panels;
         if (streams) {
           if (k1 < B.rows) {
             next = panel + k1 * nr;
             next_rows = B.rows - k1 < k_chunk<T> ? B.rows - k1 : k_chunk<T>;
           } else if (j + step < last || g + 1 < B.groups) {
-            next = j + step < last ? B.panel(g, j + step) : B.panel(g + 1, first);
+            const int64_t next_j = j + step < last ? j + step : first;
+            next = B.panel(j + step < last ? g : g + 1, next_j);
             next_rows = B.rows < k_chunk<T> ? B.rows : k_chunk<T>;
+            next_panels = last - next_j < step ? last - next_j : step;
           }
         }
+        const int64_t ahead_stride = next_panels > 1 ? panel_stride * int64_t(sizeof(T)) : 0;
         const int64_t blocks = (M + kMaxRows - 1) / kMaxRows;
         const int64_t next_lines = next_rows * nr * int64_t(sizeof(T)) / 64;
         const char* next_bytes = reinterpret_cast<const char*>(next);
@@ -566,7 +574,8 @@ void gemm_packed(int64_t M, const T* a_pack, const PackedMatrix<T>& B, int64_t f
           const char* ahead = next_bytes + b * next_lines / blocks * 64;
           const char* ahead_end = next_bytes + (b + 1) * next_lines / blocks * 64;
           micro_rows<T>(rows, panels, k0, k1, a_pack + m * B.rows, panel, panel_stride,
-                        out + m * ldo, ldo, chunked ? nr : last_width, k0 > 0, ahead, ahead_end);
+                        out + m * ldo, ldo, chunked ? nr : last_width, k0 > 0, ahead, ahead_end,
+                        ahead_stride);
         }
       }
       if (chunked)
