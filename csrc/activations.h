@@ -10,6 +10,8 @@
 // ≤ 8 ulp float64).  NaN propagates (NaN in, NaN out), ±Inf → ±1, -0 → -0, as np.tanh.
 #pragma once
 
+#include <type_traits>
+
 #include "simd.h"
 
 namespace fusedrnn {
@@ -51,22 +53,27 @@ inline V<T> tanh_vec(V<T> x) {
   using C = TanhConstants<T>;
   using I = VI<T>;
   using IS = typename IntOf<T>::type;
+  using U = std::make_unsigned_t<IS>;
+  typedef U UV __attribute__((vector_size(sizeof(V<T>))));
   I sign_mask = {};
   sign_mask += IS(IS(1) << (8 * sizeof(T) - 1));
   const I sign = (I)x & sign_mask;
-  V<T> a = (V<T>)((I)x & ~sign_mask);
-  const V<T> clamp = splat<T>(C::clamp);
-  a = a > clamp ? clamp : a;  // NaN stays NaN (the comparison is false)
+  const V<T> a = min_limit((V<T>)((I)x & ~sign_mask), splat<T>(C::clamp));  // NaN stays NaN
   const V<T> y = a + a;
-  V<T> k = (y * C::log2e + C::shifter) - C::shifter;
-  k = k == k ? k : splat<T>(T(0));  // NaN: any k; keep the conversion below defined
-  const V<T> r = fmadd(-k, splat<T>(C::ln2_lo), fmadd(-k, splat<T>(C::ln2_hi), y));
+  // shifted = 1.5 · 2^m + k exactly (k = y / ln2 rounded to an integer, 0 ≤ k < 2^(m-1)): its
+  // bits are those of 1.5 · 2^m plus k, so 2^k's are (those - 1.5 · 2^m's + bias) << m without a
+  // conversion (unsigned: any bits of a NaN's lanes, whose e is NaN whatever 2^k).
+  const V<T> shifted = y * C::log2e + C::shifter;
+  const V<T> k = shifted - C::shifter;
+  const V<T> r = fmadd(k, splat<T>(-C::ln2_lo), fmadd(k, splat<T>(-C::ln2_hi), y));
   // p = expm1(r) = r (1 + r (1/2! + r (1/3! + ...)))
   V<T> p = splat<T>(T(1) / factorial<T>(C::degree));
   for (int n = C::degree - 1; n >= 1; --n) p = fmadd(p, r, splat<T>(T(1) / factorial<T>(n)));
   p = p * r;
-  const I ki = __builtin_convertvector(k, I);
-  const V<T> two_k = (V<T>)((ki + IS(C::exponent_bias)) << C::mantissa_bits);
+  U shifter_bits;
+  const T shifter = C::shifter;
+  std::memcpy(&shifter_bits, &shifter, sizeof shifter);
+  const V<T> two_k = (V<T>)(((UV)shifted + U(U(C::exponent_bias) - shifter_bits)) << C::mantissa_bits);
   const V<T> e = fmadd(two_k, p, two_k - T(1));
   const V<T> t = e / (e + T(2));
   return (V<T>)((I)t | sign);

@@ -115,6 +115,28 @@ inline V<double> fmadd(V<double> a, V<double> b, V<double> c) {
 #endif
 }
 
+// x > limit ? limit : x lane-wise (NaN stays NaN): one min instruction where the ISA has it
+// (x86 min returns its second operand when either is NaN).
+inline V<float> min_limit(V<float> x, V<float> limit) {
+#if FUSEDRNN_VECTOR_BYTES == 64
+  return (V<float>)_mm512_maskz_min_ps(__mmask16(-1), (__m512)limit, (__m512)x);  // maskz: no GCC 12 -Wmaybe-uninitialized
+#elif FUSEDRNN_VECTOR_BYTES == 32
+  return (V<float>)_mm256_min_ps((__m256)limit, (__m256)x);
+#else
+  return x > limit ? limit : x;
+#endif
+}
+
+inline V<double> min_limit(V<double> x, V<double> limit) {
+#if FUSEDRNN_VECTOR_BYTES == 64
+  return (V<double>)_mm512_maskz_min_pd(__mmask8(-1), (__m512d)limit, (__m512d)x);
+#elif FUSEDRNN_VECTOR_BYTES == 32
+  return (V<double>)_mm256_min_pd((__m256d)limit, (__m256d)x);
+#else
+  return x > limit ? limit : x;
+#endif
+}
+
 #if FUSEDRNN_VECTOR_BYTES == 64
 // The AVX-512 copy's 32-byte vectors (dot_columns).
 inline V<float, 32> fmadd(V<float, 32> a, V<float, 32> b, V<float, 32> c) {
