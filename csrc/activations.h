@@ -73,7 +73,8 @@ inline V<T> tanh_vec(V<T> x) {
   U shifter_bits;
   const T shifter = C::shifter;
   std::memcpy(&shifter_bits, &shifter, sizeof shifter);
-  const V<T> two_k = (V<T>)(((UV)shifted + U(U(C::exponent_bias) - shifter_bits)) << C::mantissa_bits);
+  const UV biased = (UV)shifted + U(U(C::exponent_bias) - shifter_bits);  // k + bias, low bits
+  const V<T> two_k = (V<T>)(biased << C::mantissa_bits);
   const V<T> e = fmadd(two_k, p, two_k - T(1));
   const V<T> t = e / (e + T(2));
   return (V<T>)((I)t | sign);

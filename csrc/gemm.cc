@@ -72,6 +72,7 @@ struct GemmJob {
     constexpr int nr = PackedMatrix<T>::nr;
     const int64_t N = a.N, depth = k1 - k0, chunk_rows = chunk.rows;
     const int64_t m_block = block_rows(m_end - m_begin, chunk_rows);
+    const int64_t panel_stride = chunk_rows * nr;  // b's panels (capacity chunk_rows)
     for (int64_t m0 = m_begin; m0 < m_end; m0 += m_block) {
       const int64_t rows = m_end - m0 < m_block ? m_end - m0 : m_block;
       pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
@@ -80,7 +81,6 @@ struct GemmJob {
         const int64_t j_last = j + panels - 1;
         const int64_t width = N - j_last * nr < nr ? N - j_last * nr : nr;  // of the last panel
         const T* panel = b.panel(0, j);
-        const int64_t panel_stride = chunk_rows * nr;
         for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
           const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
           const T* block = a_pack + r0 * depth;
