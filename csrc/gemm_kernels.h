@@ -167,86 +167,77 @@ __attribute__((noinline)) void micro_kernel_blocks(int64_t depth, int64_t block,
   }
 }
 
-template <class T>
-inline void micro_rows_blocks(int rows, [[maybe_unused]] int panels, int64_t depth, int64_t block,
-                              const T* a, const T* panel, int64_t panel_stride, T* tile,
-                              int64_t tile_stride) {
-#define FUSEDRNN_KERNEL(MR, NP) \
-  micro_kernel_blocks<T, MR, NP>(depth, block, a, panel, panel_stride, tile, tile_stride)
+// Panels per kernel call for a block of `rows` rows (1 or 2 rows: 8 to 12 accumulators).
+inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : kPanelsPerBlock; }
+
+// A compile-time int passed as a value (not std::integral_constant: simd.h).
+template <int N>
+struct Constant {
+  static constexpr int value = N;
+};
+
+// kernel(Constant<MR>, Constant<NP>) for a block of `rows` rows and `panels` panels: one kernel
+// instantiation per pair the products use (panels_per_call, or fewer at the end of a range).
+template <class Kernel>
+inline void for_block(int rows, int panels, Kernel&& kernel) {
+#define FUSEDRNN_BLOCK(MR, NP) return kernel(Constant<MR>{}, Constant<NP>{})
+  if (rows == 1) {
+    switch (panels) {
+      case 4: FUSEDRNN_BLOCK(1, 4);
+      case 3: FUSEDRNN_BLOCK(1, 3);
+      case 2: FUSEDRNN_BLOCK(1, 2);
+      default: FUSEDRNN_BLOCK(1, 1);
+    }
+  }
+  if (rows == 2) {
+    switch (panels) {
+      case 3: FUSEDRNN_BLOCK(2, 3);
+      case 2: FUSEDRNN_BLOCK(2, 2);
+      default: FUSEDRNN_BLOCK(2, 1);
+    }
+  }
 #if FUSEDRNN_VECTOR_BYTES >= 64
   if (panels == 2) {
     switch (rows) {
-      case 1: FUSEDRNN_KERNEL(1, 2); return;
-      case 2: FUSEDRNN_KERNEL(2, 2); return;
-      case 3: FUSEDRNN_KERNEL(3, 2); return;
-      case 4: FUSEDRNN_KERNEL(4, 2); return;
-      case 5: FUSEDRNN_KERNEL(5, 2); return;
-      case 6: FUSEDRNN_KERNEL(6, 2); return;
+      case 3: FUSEDRNN_BLOCK(3, 2);
+      case 4: FUSEDRNN_BLOCK(4, 2);
+      case 5: FUSEDRNN_BLOCK(5, 2);
+      case 6: FUSEDRNN_BLOCK(6, 2);
       default: return;
     }
   }
 #endif
   switch (rows) {
-    case 1: FUSEDRNN_KERNEL(1, 1); break;
-    case 2: FUSEDRNN_KERNEL(2, 1); break;
-    case 3: FUSEDRNN_KERNEL(3, 1); break;
-    case 4: FUSEDRNN_KERNEL(4, 1); break;
+    case 3: FUSEDRNN_BLOCK(3, 1);
+    case 4: FUSEDRNN_BLOCK(4, 1);
 #if FUSEDRNN_VECTOR_BYTES >= 32
-    case 5: FUSEDRNN_KERNEL(5, 1); break;
-    case 6: FUSEDRNN_KERNEL(6, 1); break;
+    case 5: FUSEDRNN_BLOCK(5, 1);
+    case 6: FUSEDRNN_BLOCK(6, 1);
 #endif
-    default: break;
+    default: return;
   }
-#undef FUSEDRNN_KERNEL
+#undef FUSEDRNN_BLOCK
 }
 
-// Panels per kernel call for a block of `rows` rows (1 or 2 rows: 8 to 12 accumulators).
-inline int panels_per_call(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : kPanelsPerBlock; }
+template <class T>
+inline void micro_rows_blocks(int rows, int panels, int64_t depth, int64_t block, const T* a,
+                              const T* panel, int64_t panel_stride, T* tile, int64_t tile_stride) {
+  for_block(rows, panels, [&](auto mr, auto np) {
+    micro_kernel_blocks<T, decltype(mr)::value, decltype(np)::value>(depth, block, a, panel,
+                                                                      panel_stride, tile, tile_stride);
+  });
+}
 
 template <class T>
 inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a, const T* panel,
                        int64_t panel_stride, T* C, int64_t ldc, int64_t last_width,
                        bool accumulate, const char* ahead = nullptr, const char* ahead_end = nullptr,
                        int64_t ahead_stride = 0) {
-#define FUSEDRNN_KERNEL(MR, NP) \
-  micro_kernel<T, MR, NP>(k0, k1, a, panel, panel_stride, C, ldc, last_width, accumulate, ahead, \
-                          ahead_end, ahead_stride)
-  if (rows == 1) {
-    switch (panels) {
-      case 4: FUSEDRNN_KERNEL(1, 4); return;
-      case 3: FUSEDRNN_KERNEL(1, 3); return;
-      case 2: FUSEDRNN_KERNEL(1, 2); return;
-      default: FUSEDRNN_KERNEL(1, 1); return;
-    }
-  }
-  if (rows == 2) {
-    switch (panels) {
-      case 3: FUSEDRNN_KERNEL(2, 3); return;
-      case 2: FUSEDRNN_KERNEL(2, 2); return;
-      default: FUSEDRNN_KERNEL(2, 1); return;
-    }
-  }
-#if FUSEDRNN_VECTOR_BYTES >= 64
-  if (panels == 2) {
-    switch (rows) {
-      case 3: FUSEDRNN_KERNEL(3, 2); return;
-      case 4: FUSEDRNN_KERNEL(4, 2); return;
-      case 5: FUSEDRNN_KERNEL(5, 2); return;
-      case 6: FUSEDRNN_KERNEL(6, 2); return;
-      default: return;
-    }
-  }
-#endif
-  switch (rows) {
-    case 3: FUSEDRNN_KERNEL(3, 1); break;
-    case 4: FUSEDRNN_KERNEL(4, 1); break;
-#if FUSEDRNN_VECTOR_BYTES >= 32
-    case 5: FUSEDRNN_KERNEL(5, 1); break;
-    case 6: FUSEDRNN_KERNEL(6, 1); break;
-#endif
-    default: break;
-  }
-#undef FUSEDRNN_KERNEL
+  for_block(rows, panels, [&](auto mr, auto np) {
+    micro_kernel<T, decltype(mr)::value, decltype(np)::value>(
+        k0, k1, a, panel, panel_stride, C, ldc, last_width, accumulate, ahead, ahead_end,
+        ahead_stride);
+  });
 }
 
 // Packs rows [0, M) and columns [k0, k1) of A (element (m, k) at A[m · row_stride +
