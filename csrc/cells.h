@@ -91,15 +91,21 @@ void run_job(Job& job, int threads, int64_t flops) {
 }
 
 // Item `item` of a phase's `items` over the panels of a packed matrix: panels [first, last),
-// columns [begin, end) of each column group.
+// columns [begin, end) of each column group.  Whole blocks of kPanelsPerBlock panels, so that
+// every kernel call of a step takes as many panels as it can (at H = 256 on two threads, single
+// panels left the AVX-512 kernel at half its accumulators).
 struct PanelRange {
   int64_t first, last, begin, end;
 };
 
+inline int64_t panel_blocks(int64_t panels) { return (panels + kPanelsPerBlock - 1) / kPanelsPerBlock; }
+
 template <class T>
 PanelRange panel_range(const PackedMatrix<T>& m, int64_t item, int64_t items) {
   PanelRange r;
-  split_blocks(m.panels(), int(item), int(items), &r.first, &r.last);
+  split_blocks(panel_blocks(m.panels()), int(item), int(items), &r.first, &r.last);
+  r.first *= kPanelsPerBlock;
+  r.last = r.last * kPanelsPerBlock < m.panels() ? r.last * kPanelsPerBlock : m.panels();
   r.begin = r.first * m.nr;
   r.end = r.last * m.nr < m.columns ? r.last * m.nr : m.columns;
   return r;
@@ -180,11 +186,12 @@ struct UnpackedWeights {
   }
 };
 
-// Items per phase of an open time loop over `panels` panels: a few per thread (a late or slow
-// thread's share is taken over in small pieces), one for a thread alone.
+// Items per phase of an open time loop over `panels` panels (panel_range): a few per thread (a
+// late or slow thread's share is taken over in small pieces), one for a thread alone.
 inline int64_t phase_items(int64_t panels, int participants) {
   const int64_t most = participants > 1 ? 4 * int64_t(participants) : 1;
-  return panels < most ? (panels > 0 ? panels : 1) : most;
+  const int64_t blocks = panel_blocks(panels);
+  return blocks < most ? (blocks > 0 ? blocks : 1) : most;
 }
 
 // One participant's walk through the phases of an open job, in order.
