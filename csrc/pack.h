@@ -31,7 +31,10 @@ struct PackedMatrix {
 // One panel from contiguous columns: dst[k · NR + c] = column_c[k] (· scale[c]) for the
 // `width` columns column_c = first + c · col_stride, zeros in the columns past `width`.  Tiles of
 // Tile<T>::size columns × rows are transposed in registers where the ISA has it (the values and
-// their products are those of the scalar loop: only the order of the stores differs).
+// their products are those of the scalar loop: only the order of the stores differs), a row of
+// tiles across the panel at a time, so that each panel row's lines are written whole at once
+// (a column of tiles at a time wrote them in pieces a panel apart: packing [K, 4K] at K = 512,
+// 1024 ran 14-15 % slower on an Intel Xeon).
 template <class T>
 inline void pack_columns_scalar(const T* first, int64_t col_stride, int64_t k_begin, int64_t k_end,
                                 int64_t c_begin, int64_t c_end, const T* scale, T* dst) {
@@ -105,8 +108,8 @@ void pack_columns(const T* first, int64_t col_stride, int64_t rows, int64_t widt
   constexpr int S = tile::size;
   tiled_columns = width / S * S;
   const int64_t tiled_rows = rows / S * S;
-  for (int64_t c0 = 0; c0 < tiled_columns; c0 += S) {
-    for (int64_t k0 = 0; k0 < tiled_rows; k0 += S) {
+  for (int64_t k0 = 0; k0 < tiled_rows; k0 += S) {
+    for (int64_t c0 = 0; c0 < tiled_columns; c0 += S) {
       typename tile::reg r[S];
       for (int i = 0; i < S; ++i) {
         r[i] = tile::load(first + (c0 + i) * col_stride + k0);
