@@ -344,6 +344,14 @@ PYBIND11_MODULE(_native, m) {
   m.def("team_stats", [] {
     return py::make_tuple(full_teams.load(), short_teams.load());
   }, "(jobs that ran with every thread asked for, jobs that ran with fewer): diagnostics.");
+  m.def("worker_cpus", &worker_cpus,
+        "Each team worker's allowed CPUs (diagnostics: a job on several threads keeps the "
+        "workers off the CPU its caller runs on).");
+  m.def("set_worker_placement",
+        [](bool on) { worker_placement.store(on, std::memory_order_relaxed); },
+        py::arg("on"),
+        "Test hook: False gives the workers the caller's allowed CPUs back at the next job and "
+        "leaves them there; True (default): each job keeps them off its caller's CPU.");
   m.def("sliced_loops", [] { return sliced_loops.load(); },
         "LSTM and GRU forward loops that ran in batch slices, one per thread: diagnostics.");
   m.def("set_join_delay", [](double seconds) { set_join_delay_ns(int64_t(seconds * 1e9)); },

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace fusedrnn {
 
@@ -258,6 +259,15 @@ class PhaseQueue {
 // Test hook: a worker waits this long after it sees a job before it tries to join it (a worker
 // still waking up, or one that arrives after the job is done).
 void set_join_delay_ns(int64_t ns);
+
+// Worker placement (team.cc): before each job on more than one thread, the caller keeps the
+// workers off the CPU it runs on (their affinity: the caller's allowed CPUs but its own, set
+// again only when the caller's CPU changed).  Test hook: false gives the workers the caller's
+// allowed CPUs back and leaves them there.
+extern std::atomic<bool> worker_placement;
+
+// Each worker's allowed CPUs (diagnostics; empty where the system has no affinity masks).
+std::vector<std::vector<int>> worker_cpus();
 
 // Test hook: false makes the one-row steps pack their weights as the other batch sizes do
 // (reads_unpacked, gemm_kernels.h), to compare the two paths.

@@ -104,6 +104,8 @@ std::atomic<int64_t> join_delay_ns{0};
 
 std::atomic<bool> unpacked_steps{true};
 
+std::atomic<bool> worker_placement{true};
+
 std::atomic<int64_t> l2_cache_override{-1};
 
 std::atomic<int64_t> min_step_macs_per_thread{kMinStepMacsPerThread};
@@ -141,9 +143,43 @@ void Team::ensure_workers(int count) {
   while (int(workers_.size()) < count) {
     const uint64_t seen = roster_.load(std::memory_order_relaxed) >> 32;  // busy_ is held
     workers_.emplace_back([this, seen] { worker_loop(seen); });
+    handles_.push_back(workers_.back().native_handle());
     workers_.back().detach();
+    placed_off_cpu_ = -1;  // the new worker has the caller's CPUs: place them all again
     napped_ns_.store(now_ns(), std::memory_order_relaxed);  // a new thread starts cold
   }
+}
+
+void Team::place_workers() {
+#if defined(__linux__)
+  const int cpu = worker_placement.load(std::memory_order_relaxed) ? sched_getcpu() : -1;
+  if (cpu == placed_off_cpu_) return;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  if (cpu >= 0) CPU_CLR(cpu, &allowed);
+  // A caller allowed on one CPU only leaves the workers where they are.
+  if (CPU_COUNT(&allowed) > 0) {
+    for (const pthread_t handle : handles_) pthread_setaffinity_np(handle, sizeof allowed, &allowed);
+  }
+  placed_off_cpu_ = cpu;
+#endif
+}
+
+std::vector<std::vector<int>> Team::worker_cpus() {
+  std::lock_guard<std::mutex> busy(busy_);
+  std::vector<std::vector<int>> cpus;
+#if defined(__linux__)
+  for (const pthread_t handle : handles_) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    cpus.emplace_back();
+    if (pthread_getaffinity_np(handle, sizeof allowed, &allowed) != 0) continue;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &allowed)) cpus.back().push_back(cpu);
+  }
+#endif
+  return cpus;
 }
 
 void Team::notify_sleepers() {
@@ -244,6 +280,7 @@ void Team::run(int threads, JobFunction job, void* context, int64_t flops) {
     return;
   }
   ensure_workers(threads - 1);
+  place_workers();
   const bool cold = resting_.load(std::memory_order_relaxed) > 0 ||
                     now_ns() - napped_ns_.load(std::memory_order_relaxed) < kWarmNs;
   if (flops < kSoloFlops && cold) {
@@ -284,6 +321,7 @@ void Team::run_open(int threads, JobFunction job, void* context) {
     return;
   }
   ensure_workers(threads - 1);
+  place_workers();
   job_ = job;
   context_ = context;
   open_ = true;
@@ -367,6 +405,8 @@ void run_team(int threads, JobFunction job, void* context, int64_t flops) {
 }
 
 void wake_team() { Team::instance().wake(); }
+
+std::vector<std::vector<int>> worker_cpus() { return Team::instance().worker_cpus(); }
 
 std::atomic<int64_t> full_teams{0}, short_teams{0};
 std::atomic<int64_t> sliced_loops{0};

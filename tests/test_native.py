@@ -771,6 +771,32 @@ def test_bits_with_late_workers(delay, threads):
         native.set_join_delay(0)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="worker placement needs Linux and two CPUs this process may run on")
+def test_workers_kept_off_the_callers_cpu(threads):
+    """A job on two threads keeps the workers off the CPU its caller runs on: each worker may run
+    on the caller's allowed CPUs but one.  With the placement off they get all of them back at
+    the next job.  The bits never change."""
+    native = settings.native_module()
+    threads(1)
+    expected = [_native_run(case) for case in LATE[:2]]
+    threads(2)
+    allowed = os.sched_getaffinity(0)
+    try:
+        for on in (True, False, True):
+            native.set_worker_placement(on)
+            assert [_native_run(case) for case in LATE[:2]] == expected, on
+            workers = native.worker_cpus()
+            assert workers, "the team has no worker"
+            for cpus in workers:
+                if on:
+                    assert set(cpus) <= allowed and len(allowed - set(cpus)) == 1, (cpus, allowed)
+                else:
+                    assert set(cpus) == allowed, (cpus, allowed)
+    finally:
+        native.set_worker_placement(True)
+
+
 @pytest.mark.parametrize("isa", ISAS, indirect=True)
 def test_every_isa_matches_numpy(isa):
     for case in BIG[:3] + [GRID[2]]:
