@@ -327,6 +327,33 @@ void column_sum(py::array a, py::array out) {
   else t.column_sum_d(rows, cols, pa, a_rs, po);
 }
 
+// out[i, j, :] = src[i, index[j], :]: src [outer, inner, n] with contiguous rows (strides of its
+// first two axes: any non-negative multiples of the itemsize), out C-contiguous [outer, count, n]
+// of src's dtype.  Every index is checked here (the copies do not check).
+void gather(py::array src, py::array_t<int64_t, py::array::c_style | py::array::forcecast> index,
+            py::array out, int threads) {
+  const int64_t item = int64_t(src.itemsize());
+  const int64_t outer = src.ndim() == 3 ? src.shape(0) : 0, inner = src.ndim() == 3 ? src.shape(1) : 0;
+  const int64_t count = index.ndim() == 1 ? index.shape(0) : -1;
+  if (src.ndim() != 3 || out.ndim() != 3 || count < 0 || !src.dtype().is(out.dtype()) ||
+      out.shape(0) != outer || out.shape(1) != count || out.shape(2) != src.shape(2) ||
+      !out.writeable() || !(out.flags() & py::array::c_style))
+    throw py::value_error("gather needs src [outer, inner, n], index [count] and a writeable "
+                          "C-contiguous out [outer, count, n] of src's dtype");
+  if ((src.shape(2) > 1 && src.strides(2) != item) || src.strides(0) < 0 || src.strides(1) < 0 ||
+      src.strides(0) % item || src.strides(1) % item)
+    throw py::value_error("gather needs src rows contiguous and non-negative strides");
+  const int64_t* ix = index.data();
+  for (int64_t j = 0; j < count; ++j)
+    if (ix[j] < 0 || ix[j] >= inner) throw py::index_error("gather: index out of range");
+  const char* from = static_cast<const char*>(src.data());
+  char* to = static_cast<char*>(out.mutable_data());
+  const int64_t outer_stride = src.strides(0), inner_stride = src.strides(1);
+  const int64_t row_bytes = src.shape(2) * item;
+  py::gil_scoped_release release;
+  gather_rows(from, outer, outer_stride, inner_stride, ix, count, row_bytes, to, threads);
+}
+
 }  // namespace
 }  // namespace fusedrnn
 
@@ -466,6 +493,8 @@ PYBIND11_MODULE(_native, m) {
     else throw py::type_error("column_sum sums float32 or float64");
   }, py::arg("a"), py::arg("out"),
      "out[c] = sum over rows of a[r, c], in the order of fusedrnn.engines.common.column_sum.");
+  m.def("gather", &gather, py::arg("src"), py::arg("index"), py::arg("out"), py::arg("threads"),
+        "out[i, j, :] = src[i, index[j], :] (the rows copied on the team; numpy.take along axis 1).");
   m.def("tanh_f32", &tanh_hook<float>, "Test hook: the engine's tanh over a float32 array.");
   m.def("tanh_f64", &tanh_hook<double>, "Test hook: the engine's tanh over a float64 array.");
   m.def("gemm_f32", &gemm_hook<float>, py::arg("A"), py::arg("B"), py::arg("repeats") = 1,

@@ -217,6 +217,12 @@ using JobFunction = void (*)(void* context, int thread, int num_threads, Sync* s
 // the same bits for any n.
 void run_team(int threads, JobFunction job, void* context, int64_t flops);
 
+// dst[i, j, :] = src[i, index[j], :] for i < outer, j < count: rows of `row_bytes` bytes, src's
+// `outer_stride` and `inner_stride` bytes apart, dst's contiguous (csrc/gather.cc); on up to
+// `threads` threads of the team.  The caller checks every index.
+void gather_rows(const char* src, int64_t outer, int64_t outer_stride, int64_t inner_stride,
+                 const int64_t* index, int64_t count, int64_t row_bytes, char* dst, int threads);
+
 // Sleeping workers start waking up (a call is coming; waking a halted vCPU takes up to ms).
 void wake_team();
 

@@ -797,6 +797,39 @@ def test_workers_kept_off_the_callers_cpu(threads):
         native.set_worker_placement(True)
 
 
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("shape, axis, view", [
+    ((50, 32, 256), 1, "c"), ((32, 50, 256), 1, "transposed"), ((1600, 1024), 0, "c"),
+    ((40, 33, 100), 1, "every_other_step"), ((3000, 64), 0, "c"), ((7, 5, 3), 1, "c"),
+    ((20, 9, 600), 1, "float64"), ((40, 33, 256), 1, "reversed_features")])
+def test_take_rows_is_numpys_take(threads, n_threads, shape, axis, view):
+    """The native backend's row gather (batch reordering, live rows) returns exactly np.take's
+    array, C-contiguous, for any thread count and for views with strides (batch-major data seen
+    time-major, a step slice, float64), and leaves its input alone; layouts it does not copy
+    itself (rows not contiguous, small) go to NumPy."""
+    from fusedrnn.engines import native as native_engine
+    threads(n_threads)
+    rng = np.random.default_rng(sum(shape))
+    a = rng.standard_normal(shape).astype(np.float64 if view == "float64" else np.float32)
+    if view == "transposed":
+        a = a.transpose(1, 0, 2)
+    elif view == "every_other_step":
+        a = a[::2]
+    elif view == "reversed_features":
+        a = a[..., ::-1]
+    before = a.copy()
+    n = a.shape[axis]
+    for index in (rng.permutation(n), np.sort(rng.choice(n, n // 2, replace=False)), np.array([n - 1, 0, 0])):
+        got = native_engine.take_rows(a, index, axis)
+        np.testing.assert_array_equal(got, np.take(a, index, axis=axis))
+        assert got.flags.c_contiguous and got.dtype == a.dtype
+    np.testing.assert_array_equal(a, before)
+    with pytest.raises(IndexError, match="out of range"):
+        native.gather(np.zeros((2, 3, 4), np.float32), np.array([0, 3]), np.empty((2, 2, 4), np.float32), 2)
+    with pytest.raises(ValueError, match="C-contiguous out"):
+        native.gather(np.zeros((2, 3, 4), np.float32), np.array([0]), np.empty((2, 1, 4), np.float64), 2)
+
+
 @pytest.mark.parametrize("isa", ISAS, indirect=True)
 def test_every_isa_matches_numpy(isa):
     for case in BIG[:3] + [GRID[2]]:

@@ -176,21 +176,21 @@ def _batch_order(problem: _Problem) -> np.ndarray | None:
 
 
 def _rows(a: np.ndarray | None, order: np.ndarray | None, axis: int = 1) -> np.ndarray | None:
-    """``a`` with its batch axis in ``order`` (a fresh C-contiguous array: np.take gathers into
-    one), or ``a`` itself when order is None."""
+    """``a`` with its batch axis in ``order`` (a fresh C-contiguous array: the backend's
+    ``take_rows`` gathers into one), or ``a`` itself when order is None."""
     if a is None or order is None:
         return a
-    return np.take(a, order, axis=axis)
+    return engines.active().take_rows(a, order, axis)
 
 
 def _unsort(a: np.ndarray, order: np.ndarray | None, axis: int = 1) -> np.ndarray:
     """Rows of the sorted batch back in the caller's order (a gather by the inverse permutation:
-    np.take is faster than a scatter by ``order``)."""
+    a gather is faster than a scatter by ``order``)."""
     if order is None:
         return a
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.size, dtype=order.dtype)
-    return np.take(a, inverse, axis=axis)
+    return engines.active().take_rows(a, inverse, axis)
 
 
 def _copy_valid(dst: np.ndarray, src: np.ndarray, valid: np.ndarray | None) -> None:

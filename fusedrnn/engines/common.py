@@ -120,19 +120,27 @@ def gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndar
     return total.astype(a.dtype)
 
 
+def take_rows(a: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``np.take(a, index, axis)``: a fresh C-contiguous array of ``a``'s entries at ``index``
+    along ``axis`` (the NumPy backend's gather; the native backend copies the rows on its team)."""
+    return np.take(a, index, axis=axis)
+
+
 class Linalg(NamedTuple):
     """The all-steps products a backward pass makes after its time loop: ``gram(a, b, out=None)
     = aᵀ b`` over the T·B rows of ``a[N, m]``, ``b[N, n]`` (float32: accumulated as accurately as
     :func:`gram`; the result may be a transposed view; ``out``: the ``[m, n]`` array to return it
     in), ``matmul(a, b) = a @ b`` and
     ``product_sum(a, b)`` (:func:`product_sum`'s sum, as exact), ``column_sum(a)``
-    (:func:`column_sum`'s sum, the same bits).  :data:`NUMPY_LINALG` is NumPy's BLAS and einsum;
+    (:func:`column_sum`'s sum, the same bits) and ``take_rows(a, index, axis)``
+    (:func:`take_rows`'s gather).  :data:`NUMPY_LINALG` is NumPy's BLAS and einsum;
     the native backend passes its own (the engine's team, no BLAS thread pool)."""
 
     gram: Callable
     matmul: Callable
     product_sum: Callable = product_sum
     column_sum: Callable = column_sum
+    take_rows: Callable = take_rows
 
 
 def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
@@ -155,7 +163,7 @@ def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
         key = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
         entry = gathered.get(key)
         if entry is None:
-            entry = gathered[key] = (a, a[rows])
+            entry = gathered[key] = (a, linalg.take_rows(a, rows, 0))
         return entry[1]
 
     def gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -166,7 +174,7 @@ def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
         out[rows] = linalg.matmul(live(a), b)
         return out
 
-    return Linalg(gram=gram, matmul=matmul, product_sum=linalg.product_sum, column_sum=linalg.column_sum)
+    return linalg._replace(gram=gram, matmul=matmul)
 
 
 class WeightGradOut(NamedTuple):

@@ -183,7 +183,29 @@ def _column_sum(a: np.ndarray) -> np.ndarray:
     return out
 
 
-LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum, column_sum=_column_sum)
+# Smaller gathers, and all on one thread, stay NumPy's (its take is as fast on one thread, and
+# the team's start costs more than a second thread saves on a small one).
+_MIN_TEAM_GATHER_BYTES = 256 * 1024
+
+
+def take_rows(a: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``np.take(a, index, axis)`` (the same array) for ``index`` within range: the rows of the
+    last axis copied on the engine's team (``_native.gather``) when ``axis`` is the one before
+    the last, the rows are contiguous, the result is large and the team has several threads;
+    NumPy's take otherwise."""
+    item, threads = a.itemsize, _threads()
+    if (threads < 2 or a.ndim != axis + 2 or a.ndim > 3 or index.size * a.size // max(a.shape[axis], 1) * item
+            < _MIN_TEAM_GATHER_BYTES or (a.shape[-1] > 1 and a.strides[-1] != item)
+            or any(s < 0 or s % item for s in a.strides[:-1])):
+        return np.take(a, index, axis=axis)
+    src = a if a.ndim == 3 else a[None]
+    out = aligned_empty((src.shape[0], index.size, a.shape[-1]), a.dtype)
+    settings.native_module().gather(src, np.ascontiguousarray(index, np.int64), out, threads)
+    return out if a.ndim == 3 else out[0]
+
+
+LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum, column_sum=_column_sum,
+                take_rows=take_rows)
 
 
 def _live_linalg(valid: np.ndarray | None) -> Linalg:
