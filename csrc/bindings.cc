@@ -155,7 +155,7 @@ void lstm_backward(py::object gates, py::object c, py::object co, py::object h, 
                         strided<T>(w_rec, "w_rec"), in<T>(peep, "peep"), in<T>(w_proj, "w_proj"),
                         in<T>(dh_steps, "dh_steps"), in<T>(dc_steps, "dc_steps"), mask(valid),
                         out<T>(d_gates, "d_gates"), out<T>(dh_total, "dh_total"), out<T>(dh, "dh"),
-                        out<T>(dc, "dc"), {}};
+                        out<T>(dc, "dc"), {}, 0};
   if (planes) {
     const auto tuple = gates.cast<py::tuple>();
     if (tuple.size() != 4) throw std::invalid_argument("gates: 4 planes expected");
@@ -191,7 +191,7 @@ void gru_backward(py::object gates, py::object q_h, py::object h, py::object w_r
   GruBackwardArgs<T> a{dim(gates, 0), dim(gates, 1), dim(h, 2), in<T>(gates, "gates"),
                        in<T>(q_h, "q_h"), in<T>(h, "h"), strided<T>(w_rec, "w_rec"),
                        in<T>(dh_steps, "dh_steps"), mask(valid), out<T>(d_a, "d_a"),
-                       out<T>(d_q, "d_q"), out<T>(dh, "dh")};
+                       out<T>(d_q, "d_q"), out<T>(dh, "dh"), 0};
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.gru_backward_f(a, threads); else t.gru_backward_d(a, threads);

@@ -79,6 +79,7 @@ struct LstmBackwardArgs {
   T* dh;              // [B, P] in: dL/dh_T, out: dL/dh_0
   T* dc;              // [B, H] in: dL/dc_T, out: dL/dc_0
   const T* gate_planes[4];  // or null: the forward's gates as [T, B, H] planes (then `gates` is not read)
+  int64_t step_rows;  // rows between the steps of every [T, ...] array, 0: `batch` (a batch slice)
 };
 
 template <class T>
@@ -109,6 +110,7 @@ struct GruBackwardArgs {
   T* d_a;             // [T, B, 3H] out: gradient of the input pre-activations
   T* d_q;             // [T, B, 3H] out: gradient of the recurrent pre-activations
   T* dh;              // [B, H] in/out
+  int64_t step_rows;  // rows between the steps of every [T, ...] array, 0: `batch` (a batch slice)
 };
 
 template <class T>

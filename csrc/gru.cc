@@ -1,7 +1,8 @@
 // GRU (cuDNN "linear before reset") time loop, forward and backward, over one pseudo-layer
 // (math: fusedrnn/engines/gru.py; the pointwise operations are the NumPy engine's, in its
 // order).  An item of a phase (cells.h PhaseWalk) is a range of units of all three gate groups;
-// a forward loop may run in batch slices instead (cells.h run_in_slices).
+// a forward loop, and a backward loop of enough rows, may run in batch slices instead (cells.h
+// run_in_slices, backward_runs_in_slices).
 #include "cells.h"
 #include "activations.h"
 
@@ -100,6 +101,7 @@ struct GruBackwardJob {
   // gate gradients; a last phase: dh_0.
   void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, G = 3 * H;
+    const int64_t S = step_rows(a);
     const int64_t items = phase_items(rec_t.panels(), participants);
     T* work = a_packs->of(p);
     PhaseWalk walk(*queue, p);
@@ -108,11 +110,11 @@ struct GruBackwardJob {
     });
     const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
       const int64_t u0 = r.begin, u1 = r.end;
-      const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
-      const int64_t live = recurrent_gradient(a.d_q + t_next * B * G, G, valid, B, rec_t, r, first,
+      const uint8_t* valid = a.valid ? a.valid + t_next * S : nullptr;
+      const int64_t live = recurrent_gradient(a.d_q + t_next * S * G, G, valid, B, rec_t, r, first,
                                               dh_prev, H, work);
       for (int64_t b = 0; b < live; ++b) {
-        const T* ug = a.gates + (t_next * B + b) * G + H;
+        const T* ug = a.gates + (t_next * S + b) * G + H;
         T* dh = a.dh + b * H;
         const T* dp = dh_prev + b * H;
         if (valid && !valid[b]) continue;
@@ -120,23 +122,23 @@ struct GruBackwardJob {
       }
     };
     for (int64_t t = T_ - 1; t >= 0; --t) {
-      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const uint8_t* valid = a.valid ? a.valid + t * S : nullptr;
       const int64_t live = live_rows(valid, B);
       panel_phase(walk, rec_t, items, [&](const PanelRange& r, bool first) {
         if (t < T_ - 1) recurrent(t + 1, r, first);
         const int64_t u0 = r.begin, u1 = r.end;
-        zero_rows(a.d_a + t * B * G, live, B, 3, H, u0, u1);  // ended sequences: dh kept
-        zero_rows(a.d_q + t * B * G, live, B, 3, H, u0, u1);
+        zero_rows(a.d_a + t * S * G, live, B, 3, H, u0, u1);  // ended sequences: dh kept
+        zero_rows(a.d_q + t * S * G, live, B, 3, H, u0, u1);
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * H;
-          add_columns(dh, a.dh_steps ? a.dh_steps + (t * B + b) * H : nullptr, u0, u1);
+          add_columns(dh, a.dh_steps ? a.dh_steps + (t * S + b) * H : nullptr, u0, u1);
           if (b >= live) continue;
-          const T* g = a.gates + (t * B + b) * G;
+          const T* g = a.gates + (t * S + b) * G;
           const T *r = g, *ug = g + H, *n = g + 2 * H;
-          const T* qh = a.q_h + (t * B + b) * H;
-          const T* hp = a.h + (t * B + b) * H;
-          T* da = a.d_a + (t * B + b) * G;
-          T* dq = a.d_q + (t * B + b) * G;
+          const T* qh = a.q_h + (t * S + b) * H;
+          const T* hp = a.h + (t * S + b) * H;
+          T* da = a.d_a + (t * S + b) * G;
+          T* dq = a.d_q + (t * S + b) * G;
           const bool has_mask = valid != nullptr;
           const T v = (!valid || valid[b]) ? T(1) : T(0);
           for (int64_t u = u0; u < u1; ++u) {
@@ -160,6 +162,23 @@ struct GruBackwardJob {
     if (p == 0) walk.wait_all();
   }
 };
+
+// The backward args of rows [b0, b1) of a's batch (a batch slice: run_in_slices).
+template <class T>
+GruBackwardArgs<T> backward_rows(const GruBackwardArgs<T>& a, int64_t b0, int64_t b1) {
+  const int64_t H = a.units;
+  GruBackwardArgs<T> slice = a;
+  slice.batch = b1 - b0;
+  slice.step_rows = step_rows(a);
+  slice.gates = a.gates + b0 * 3 * H;
+  slice.q_h = a.q_h + b0 * H;
+  slice.h = a.h + b0 * H;
+  slice.dh_steps = a.dh_steps ? a.dh_steps + b0 * H : nullptr;
+  slice.d_a = a.d_a + b0 * 3 * H;
+  slice.d_q = a.d_q + b0 * 3 * H;
+  slice.dh = a.dh + b0 * H;
+  return slice;
+}
 
 }  // namespace
 
@@ -196,11 +215,15 @@ template <class T>
 void gru_backward(const GruBackwardArgs<T>& a, int threads) {
   GruBackwardJob<T> job{a, {}, nullptr, nullptr, nullptr};
   job.rec_t.rows = 3 * a.units; job.rec_t.columns = a.units;
+  const int64_t step_macs = a.batch * 3 * a.units * a.units;
+  if (backward_runs_in_slices(threads, a.batch, a.valid, step_macs, job.rec_t.bytes())) {
+    run_in_slices(a, threads, gru_backward<T>, backward_rows<T>);
+    return;
+  }
   Buffer<T> rec_t(job.rec_t.values()), dh_prev(size_t(a.batch * a.units));
   job.rec_t.data = rec_t.data;
   job.dh_prev = dh_prev.data;
-  const int team = loop_team_size(threads, job.rec_t.panels(), a.batch * 3 * a.units * a.units,
-                                  job.rec_t.bytes());
+  const int team = loop_team_size(threads, job.rec_t.panels(), step_macs, job.rec_t.bytes());
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 3 * a.units));
   job.a_packs = &a_packs;
   run_open_job(job, team);

@@ -8,7 +8,8 @@
 // them for the whole sequence.  Per step: forward = GEMM slices + gate math (+ a projection
 // phase); backward = dh_t slices = dG_{t+1} Rᵀ with the gate gradients (with a projection: the
 // dh slices, then dm = dh W_Pᵀ slices with the gate gradients).  A forward loop of few units
-// and many rows runs in batch slices instead (cells.h run_in_slices).
+// and many rows, and a backward loop of enough rows, run in batch slices instead (cells.h
+// run_in_slices, backward_runs_in_slices).
 #include "cells.h"
 #include "activations.h"
 
@@ -190,6 +191,7 @@ struct LstmBackwardJob {
   // A last phase: dh_0 = dG_0 Rᵀ.
   void run(int p, int participants) {
     const int64_t T_ = a.steps, B = a.batch, H = a.units, P = a.out_units, G = 4 * H;
+    const int64_t S = step_rows(a);
     const int64_t emitted_items = phase_items(rec_t.panels(), participants);
     const int64_t unit_items = a.w_proj ? phase_items(proj_t.panels(), participants) : emitted_items;
     const PackedMatrix<T>& unit_matrix = a.w_proj ? proj_t : rec_t;
@@ -209,13 +211,13 @@ struct LstmBackwardJob {
     });
     // dh_t = dG_{t+1} Rᵀ (rows where step t + 1 is valid) for the emitted columns of r
     const auto recurrent = [&](int64_t t_next, const PanelRange& r, bool first) {
-      const uint8_t* valid = a.valid ? a.valid + t_next * B : nullptr;
-      const int64_t live = recurrent_gradient(a.d_gates + t_next * B * G, G, valid, B, rec_t, r,
+      const uint8_t* valid = a.valid ? a.valid + t_next * S : nullptr;
+      const int64_t live = recurrent_gradient(a.d_gates + t_next * S * G, G, valid, B, rec_t, r,
                                               first, dh_prev, P, work);
       copy_valid_rows(a.dh, dh_prev, valid, live, P, r.begin, r.end);
     };
     for (int64_t t = T_ - 1; t >= 0; --t) {
-      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const uint8_t* valid = a.valid ? a.valid + t * S : nullptr;
       const int64_t live = live_rows(valid, B);
       const auto emitted = [&](int64_t item, bool first) {
         const PanelRange r = panel_range(rec_t, item, emitted_items);
@@ -223,9 +225,9 @@ struct LstmBackwardJob {
         const int64_t p0 = r.begin, p1 = r.end;
         for (int64_t b = 0; b < B; ++b) {
           T* dh = a.dh + b * P;
-          add_columns(dh, a.dh_steps ? a.dh_steps + (t * B + b) * P : nullptr, p0, p1);
+          add_columns(dh, a.dh_steps ? a.dh_steps + (t * S + b) * P : nullptr, p0, p1);
           if (a.w_proj) {
-            T* total = a.dh_total + (t * B + b) * P;
+            T* total = a.dh_total + (t * S + b) * P;
             const bool live_b = !valid || valid[b];
             for (int64_t q = p0; q < p1; ++q) total[q] = live_b ? dh[q] : T(0);
           }
@@ -237,27 +239,27 @@ struct LstmBackwardJob {
         if (a.w_proj) {
           packed_product(live, a.dh, P, proj_t, r, first, dm, H, work);
         }
-        zero_rows(a.d_gates + t * B * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
+        zero_rows(a.d_gates + t * S * G, live, B, 4, H, u0, u1);  // ended sequences: dc kept
         if (a.dc_steps)
           for (int64_t b = live; b < B; ++b)
-            for (int64_t u = u0; u < u1; ++u) a.dc[b * H + u] += a.dc_steps[(t * B + b) * H + u];
+            for (int64_t u = u0; u < u1; ++u) a.dc[b * H + u] += a.dc_steps[(t * S + b) * H + u];
         for (int64_t b = 0; b < live; ++b) {
           const T *i, *f, *cc, *o;
           if (a.gate_planes[0]) {
-            const int64_t row = (t * B + b) * H;
+            const int64_t row = (t * S + b) * H;
             i = a.gate_planes[0] + row; f = a.gate_planes[1] + row;
             cc = a.gate_planes[2] + row; o = a.gate_planes[3] + row;
           } else {
-            const T* g = a.gates + (t * B + b) * G;
+            const T* g = a.gates + (t * S + b) * G;
             i = g; f = g + H; cc = g + 2 * H; o = g + 3 * H;
           }
-          const T* co = a.co + (t * B + b) * H;
-          const T* cp = a.c + (t * B + b) * H;
+          const T* co = a.co + (t * S + b) * H;
+          const T* cp = a.c + (t * S + b) * H;
           const T* dm_b = a.w_proj ? dm + b * H : a.dh + b * P;
-          T* dg = a.d_gates + (t * B + b) * G;
+          T* dg = a.d_gates + (t * S + b) * G;
           T *dgi = dg, *dgf = dg + H, *dgc = dg + 2 * H, *dgo = dg + 3 * H;
           T* dc = a.dc + b * H;
-          const T* dcs_step = a.dc_steps ? a.dc_steps + (t * B + b) * H : nullptr;
+          const T* dcs_step = a.dc_steps ? a.dc_steps + (t * S + b) * H : nullptr;
           const bool has_mask = valid != nullptr;
           const T v = (!valid || valid[b]) ? T(1) : T(0);
           for (int64_t u = u0; u < u1; ++u) {
@@ -299,6 +301,27 @@ struct LstmBackwardJob {
     if (p == 0) walk.wait_all();
   }
 };
+
+// The backward args of rows [b0, b1) of a's batch (a batch slice: run_in_slices).
+template <class T>
+LstmBackwardArgs<T> backward_rows(const LstmBackwardArgs<T>& a, int64_t b0, int64_t b1) {
+  const int64_t H = a.units, P = a.out_units;
+  LstmBackwardArgs<T> slice = a;
+  slice.batch = b1 - b0;
+  slice.step_rows = step_rows(a);
+  slice.gates = a.gates ? a.gates + b0 * 4 * H : nullptr;
+  for (int k = 0; k < 4; ++k) slice.gate_planes[k] = a.gate_planes[k] ? a.gate_planes[k] + b0 * H : nullptr;
+  slice.c = a.c + b0 * H;
+  slice.co = a.co + b0 * H;
+  slice.h = a.h + b0 * P;
+  slice.dh_steps = a.dh_steps ? a.dh_steps + b0 * P : nullptr;
+  slice.dc_steps = a.dc_steps ? a.dc_steps + b0 * H : nullptr;
+  slice.d_gates = a.d_gates + b0 * 4 * H;
+  slice.dh_total = a.dh_total ? a.dh_total + b0 * P : nullptr;
+  slice.dh = a.dh + b0 * P;
+  slice.dc = a.dc + b0 * H;
+  return slice;
+}
 
 }  // namespace
 
@@ -367,22 +390,24 @@ template <class T>
 void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   LstmBackwardJob<T> job{a, {}, {}, nullptr, nullptr, nullptr, nullptr};
   job.rec_t.rows = 4 * a.units; job.rec_t.columns = a.out_units;
-  Buffer<T> rec_t(job.rec_t.values());
-  job.rec_t.data = rec_t.data;
   int64_t blocks = job.rec_t.panels();
-  size_t proj_values = 0;
   if (a.w_proj) {
     job.proj_t.rows = a.out_units; job.proj_t.columns = a.units;
-    proj_values = job.proj_t.values();
     blocks = blocks < job.proj_t.panels() ? blocks : job.proj_t.panels();
   }
-  Buffer<T> proj_t(proj_values), dm(a.w_proj ? size_t(a.batch * a.units) : 0),
-      dh_prev(size_t(a.batch * a.out_units));
+  const int64_t step_macs = a.batch * (4 * a.units * a.out_units + (a.w_proj ? a.units * a.out_units : 0));
+  const int64_t packed_bytes = job.rec_t.bytes() + job.proj_t.bytes();
+  if (backward_runs_in_slices(threads, a.batch, a.valid, step_macs, packed_bytes)) {
+    run_in_slices(a, threads, lstm_backward<T>, backward_rows<T>);
+    return;
+  }
+  Buffer<T> rec_t(job.rec_t.values()), proj_t(a.w_proj ? job.proj_t.values() : 0),
+      dm(a.w_proj ? size_t(a.batch * a.units) : 0), dh_prev(size_t(a.batch * a.out_units));
+  job.rec_t.data = rec_t.data;
   job.proj_t.data = proj_t.data;
   job.dm = dm.data;
   job.dh_prev = dh_prev.data;
-  const int64_t step_macs = a.batch * (4 * a.units * a.out_units + (a.w_proj ? a.units * a.out_units : 0));
-  const int team = loop_team_size(threads, blocks, step_macs, job.rec_t.bytes() + job.proj_t.bytes());
+  const int team = loop_team_size(threads, blocks, step_macs, packed_bytes);
   PerThread<T> a_packs(team, gemm_workspace_values<T>(a.batch, 4 * a.units > a.out_units ? 4 * a.units : a.out_units));
   job.a_packs = &a_packs;
   run_open_job(job, team);

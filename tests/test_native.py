@@ -672,6 +672,58 @@ def test_small_loops_run_on_one_thread(mode, threads):
             threads(2)
 
 
+def _backward_slices(case, dtype=np.float32):
+    """(digest of a training call's results, loops the backprop alone ran in batch slices)."""
+    prob = make_problem(case, 3, dtype)
+    grads = random_like_outputs(case, 4, dtype)
+    with settings.backend("native"):
+        fwd = forward_v3(prob)
+        before = native.sliced_loops()
+        back = backprop_v3(prob, fwd, grads)
+        sliced = native.sliced_loops() - before
+    return digest((fwd.output, fwd.output_h, fwd.output_c, fwd.raw.reserve_space) + tuple(back)), sliced
+
+
+# at 2 threads, 8 rows a thread: the forward loops share units, the backward loops run in slices
+BACKWARD_SLICED = [Case(mode="lstm", batch=16, max_time=6, num_units=40, input_size=9),
+                   Case(mode="lstm", batch=17, max_time=5, num_units=24, num_proj=10, input_size=7),
+                   Case(mode="gru", batch=16, max_time=5, num_units=33, input_size=20),
+                   Case(mode="lstm", num_layers=2, num_dirs=2, batch=20, max_time=4, num_units=16,
+                        input_size=5)]
+
+
+@pytest.mark.parametrize("case", BACKWARD_SLICED, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_backward_loops_in_batch_slices_give_one_threads_bits(case, dtype, threads):
+    """A backward loop without a mask, of at least 8 rows a thread, runs in batch slices (one
+    thread's whole loop over its rows, with the caller's step stride): one thread's bits, at 2
+    and 3 threads."""
+    threads(1)
+    one, sliced = _backward_slices(case, dtype)
+    assert sliced == 0
+    for n in (2, 3):
+        threads(n)
+        got, sliced = _backward_slices(case, dtype)
+        assert got == one, f"{n} threads"
+        if case.batch >= 8 * n:
+            assert sliced == case.num_layers * case.num_dirs, f"{n} threads"
+
+
+def test_backward_slices_not_taken_where_they_do_not_apply(threads):
+    """Ended sequences (a mask) or fewer than 8 rows a thread: the units are shared.  A packed
+    Rᵀ beyond half of the L2 needs 32 rows a thread (each slice streams all of it every step)."""
+    threads(2)
+    for case in (Case(mode="lstm", batch=40, max_time=5, num_units=20, input_size=3,
+                      lengths=tuple(5 - k % 3 for k in range(40))),
+                 Case(mode="gru", batch=15, max_time=3, num_units=20, input_size=3)):
+        assert _backward_slices(case)[1] == 0, case
+    few, many = (Case(mode="lstm", batch=b, max_time=3, num_units=20, input_size=3) for b in (63, 64))
+    with l2_cache(4096):
+        assert _backward_slices(few)[1] == 0
+        assert _backward_slices(many)[1] == 1
+    assert _backward_slices(few)[1] == 1
+
+
 @pytest.mark.parametrize("use_peephole", [False, True])
 def test_block_lstm_in_batch_slices_gives_one_threads_bits(use_peephole, threads):
     """BlockLSTMV2 (ICFO weights read in place, peepholes, cell clip) and its gradient in batch
