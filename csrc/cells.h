@@ -240,8 +240,8 @@ void projection_phase(PhaseWalk& walk, const ChunkedProjection<T>& input, int64_
   });
 }
 
-// Batch slices: a forward loop without a mask, of at most kSliceMaxUnits units and at least
-// kSliceRows rows per thread, runs as `threads` slices of the batch, each slice's whole time
+// Batch slices: a forward loop of at most kSliceMaxUnits units and at least kSliceRows rows per
+// thread runs as `threads` slices of the batch, each slice's whole time
 // loop on the thread that takes it (its own packed weights: a copy per slice): no per-step
 // meeting, and no state crossing between cores.  Each row's results are those of the whole
 // batch's loop (every product and gate value of a row is computed the same way whatever the
@@ -251,13 +251,12 @@ void projection_phase(PhaseWalk& walk, const ChunkedProjection<T>& input, int64_
 constexpr int64_t kSliceRows = 16;
 constexpr int64_t kSliceMaxUnits = 256;
 
-inline bool runs_in_slices(int threads, int64_t batch, int64_t units, const uint8_t* valid) {
-  return threads > 1 && !valid && units <= kSliceMaxUnits && batch >= kSliceRows * threads;
+inline bool runs_in_slices(int threads, int64_t batch, int64_t units) {
+  return threads > 1 && units <= kSliceMaxUnits && batch >= kSliceRows * threads;
 }
 
 // Batch slices for a backward loop (the gate gradients of a row, like its forward values, depend
-// on no other row; the weight gradients are summed after the loop): with no mask, at least
-// kBackwardSliceRows rows per thread, and either the packed matrices read every step (`packed_bytes`)
+// on no other row; the weight gradients are summed after the loop): at least kBackwardSliceRows rows per thread, and either the packed matrices read every step (`packed_bytes`)
 // staying in half of one core's L2 or kBackwardSliceStreamRows rows per thread to share each
 // pass over them.  The loop must have work for the whole team (loop_team_size).  Measured (2
 // threads, the LSTM backward loop alone, docs/native_engine.md "Batch slices"): H = 128, B = 16
@@ -267,9 +266,8 @@ inline bool runs_in_slices(int threads, int64_t batch, int64_t units, const uint
 constexpr int64_t kBackwardSliceRows = 8;
 constexpr int64_t kBackwardSliceStreamRows = 32;
 
-inline bool backward_runs_in_slices(int threads, int64_t batch, const uint8_t* valid, int64_t step_macs,
-                                    int64_t packed_bytes) {
-  if (threads <= 1 || valid || batch < kBackwardSliceRows * threads) return false;
+inline bool backward_runs_in_slices(int threads, int64_t batch, int64_t step_macs, int64_t packed_bytes) {
+  if (threads <= 1 || batch < kBackwardSliceRows * threads) return false;
   if (!fits_half_l2(packed_bytes) && batch < kBackwardSliceStreamRows * threads) return false;
   return loop_team_size(threads, threads, step_macs, packed_bytes) == threads;
 }
@@ -291,7 +289,36 @@ Args slice_rows(const Args& a, int64_t b0, int64_t b1, int64_t gate_columns, int
   slice.x = a.x ? a.x + b0 * a.inputs : nullptr;
   slice.x_gates = a.x_gates ? a.x_gates + b0 * gate_columns : nullptr;
   slice.h = a.h + b0 * state_columns;
+  slice.valid = a.valid ? a.valid + b0 : nullptr;
   return slice;
+}
+
+// Rows [b0, b1) of slice s of `slices` of a's batch: equal numbers of rows, or, with a mask
+// (a.valid: [steps, step_rows]), about equal numbers of valid steps (a variable-length batch
+// sorted by length gives its first slices fewer, longer rows); a slice may be empty.
+template <class Args>
+void slice_bounds(const Args& a, int64_t s, int64_t slices, int64_t* b0, int64_t* b1) {
+  if (!a.valid) {
+    split_blocks(a.batch, int(s), int(slices), b0, b1);
+    return;
+  }
+  const int64_t S = step_rows(a);
+  const auto valid_steps = [&](int64_t b) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < a.steps; ++t) n += a.valid[t * S + b] ? 1 : 0;
+    return n;
+  };
+  int64_t total = 0;
+  for (int64_t b = 0; b < a.batch; ++b) total += valid_steps(b);
+  // cut k: the first row whose preceding rows hold at least k/slices of the valid steps
+  const auto cut = [&](int64_t k) {
+    if (k >= slices) return a.batch;
+    int64_t b = 0;
+    for (int64_t before = 0; b < a.batch && before * slices < total * k; ++b) before += valid_steps(b);
+    return b;
+  };
+  *b0 = cut(s);
+  *b1 = cut(s + 1);
 }
 
 // Runs forward(slice(a, b0, b1), 1) for `slices` slices [b0, b1) of a's batch on the team (an
@@ -315,7 +342,8 @@ void run_in_slices(const Args& a, int slices, Forward forward, Slice slice) {
     void run() {
       for (int64_t s = next.fetch_add(1); s < slices; s = next.fetch_add(1)) {
         int64_t b0, b1;
-        split_blocks(a.batch, int(s), int(slices), &b0, &b1);
+        slice_bounds(a, s, slices, &b0, &b1);
+        if (b1 <= b0) continue;
         try {
           forward(slice(a, b0, b1), 1);
         } catch (...) {

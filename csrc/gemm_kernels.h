@@ -656,7 +656,7 @@ constexpr int64_t kProjectionRows = 128;
 template <class T>
 struct ChunkedProjection {
   const T* x = nullptr;  // [T, B, I], step t's rows x_rows · I values after step t - 1's
-  const uint8_t* valid = nullptr;  // [T, B] or null
+  const uint8_t* valid = nullptr;  // [T, B] or null, step t's at valid + t · x_rows
   int64_t inputs = 0, batch = 0, chunk_steps = 1;
   int64_t x_rows = 0;    // B, or more: the loop runs on a slice of a larger batch
   PackedMatrix<T> w;     // W [I, G·H]: K = I, G groups of H columns (data null: `unpacked`)
@@ -674,7 +674,7 @@ struct ChunkedProjection {
   int64_t projected_rows(int64_t t0, int64_t n) const {
     if (!valid) return n * batch;
     int64_t rows = 0;
-    for (int64_t s = t0; s < t0 + n; ++s) rows += live_rows(valid + s * batch, batch);
+    for (int64_t s = t0; s < t0 + n; ++s) rows += live_rows(valid + s * x_rows, batch);
     return rows;
   }
 
@@ -692,7 +692,7 @@ struct ChunkedProjection {
       const T* rows_x = x + t0 * batch * inputs;
       if (gathers()) {  // the live rows of each step, one after the other
         for (int64_t s = t0, r = 0; s < t0 + n; ++s) {
-          const int64_t live = valid ? live_rows(valid + s * batch, batch) : batch;
+          const int64_t live = valid ? live_rows(valid + s * x_rows, batch) : batch;
           std::memcpy(compact + r * inputs, x + s * x_rows * inputs, size_t(live * inputs) * sizeof(T));
           r += live;
         }

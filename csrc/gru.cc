@@ -39,7 +39,7 @@ struct GruForwardJob {
     for (int64_t t = 0; t < T_; ++t) {
       const T* h_prev_t = a.h + t * S * H;
       T* h_next_t = a.h + (t + 1) * S * H;
-      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const uint8_t* valid = a.valid ? a.valid + t * S : nullptr;
       const int64_t live = live_rows(valid, B);
       projection_phase(walk, input, t, T_, items, work);
       const T* xg_t = a.x_gates ? a.x_gates + t * S * G : input.at(t);
@@ -177,6 +177,7 @@ GruBackwardArgs<T> backward_rows(const GruBackwardArgs<T>& a, int64_t b0, int64_
   slice.d_a = a.d_a + b0 * 3 * H;
   slice.d_q = a.d_q + b0 * 3 * H;
   slice.dh = a.dh + b0 * H;
+  slice.valid = a.valid ? a.valid + b0 : nullptr;
   return slice;
 }
 
@@ -184,7 +185,7 @@ GruBackwardArgs<T> backward_rows(const GruBackwardArgs<T>& a, int64_t b0, int64_
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  if (runs_in_slices(threads, a.batch, a.units, a.valid)) {
+  if (runs_in_slices(threads, a.batch, a.units)) {
     run_in_slices(a, threads, gru_forward<T>, [](const GruForwardArgs<T>& a, int64_t b0, int64_t b1) {
       GruForwardArgs<T> slice = slice_rows(a, b0, b1, 3 * a.units, a.units);
       slice.gates = a.gates + b0 * 3 * a.units;
@@ -216,7 +217,7 @@ void gru_backward(const GruBackwardArgs<T>& a, int threads) {
   GruBackwardJob<T> job{a, {}, nullptr, nullptr, nullptr};
   job.rec_t.rows = 3 * a.units; job.rec_t.columns = a.units;
   const int64_t step_macs = a.batch * 3 * a.units * a.units;
-  if (backward_runs_in_slices(threads, a.batch, a.valid, step_macs, job.rec_t.bytes())) {
+  if (backward_runs_in_slices(threads, a.batch, step_macs, job.rec_t.bytes())) {
     run_in_slices(a, threads, gru_backward<T>, backward_rows<T>);
     return;
   }

@@ -125,7 +125,7 @@ struct LstmForwardJob {
       T* c_next_t = c + ((t + 1) % c_slots) * slot_rows * H;
       T* g_t = gates + (t % gate_slots) * gate_rows * G;
       T* co_t = co + (t % step_slots) * slot_rows * H;
-      const uint8_t* valid = a.valid ? a.valid + t * B : nullptr;
+      const uint8_t* valid = a.valid ? a.valid + t * S : nullptr;
       const int64_t live = live_rows(valid, B);
       projection_phase(walk, input, t, T_, units_items, work);
       const T* xg_t = a.x_gates ? a.x_gates + t * S * G : input.at(t);
@@ -320,6 +320,7 @@ LstmBackwardArgs<T> backward_rows(const LstmBackwardArgs<T>& a, int64_t b0, int6
   slice.dh_total = a.dh_total ? a.dh_total + b0 * P : nullptr;
   slice.dh = a.dh + b0 * P;
   slice.dc = a.dc + b0 * H;
+  slice.valid = a.valid ? a.valid + b0 : nullptr;
   return slice;
 }
 
@@ -327,7 +328,7 @@ LstmBackwardArgs<T> backward_rows(const LstmBackwardArgs<T>& a, int64_t b0, int6
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  if (runs_in_slices(threads, a.batch, a.units, a.valid)) {
+  if (runs_in_slices(threads, a.batch, a.units)) {
     run_in_slices(a, threads, lstm_forward<T>, [](const LstmForwardArgs<T>& a, int64_t b0, int64_t b1) {
       LstmForwardArgs<T> slice = slice_rows(a, b0, b1, 4 * a.units, a.out_units);
       slice.c = a.c + b0 * a.units;
@@ -397,7 +398,7 @@ void lstm_backward(const LstmBackwardArgs<T>& a, int threads) {
   }
   const int64_t step_macs = a.batch * (4 * a.units * a.out_units + (a.w_proj ? a.units * a.out_units : 0));
   const int64_t packed_bytes = job.rec_t.bytes() + job.proj_t.bytes();
-  if (backward_runs_in_slices(threads, a.batch, a.valid, step_macs, packed_bytes)) {
+  if (backward_runs_in_slices(threads, a.batch, step_macs, packed_bytes)) {
     run_in_slices(a, threads, lstm_backward<T>, backward_rows<T>);
     return;
   }

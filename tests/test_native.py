@@ -586,14 +586,21 @@ def test_single_steps_of_more_rows_are_packed(mode):
 
 
 # Batch slices (csrc/cells.h runs_in_slices): an LSTM or GRU forward loop of H ≤ 256 units with
-# at least 16 rows per thread and no ended sequences runs one slice of the batch per thread
+# at least 16 rows per thread runs one slice of the batch per thread (with ended sequences: rows
+# split for equal numbers of valid steps)
 SLICED = [Case(mode="lstm", batch=48, max_time=6, num_units=40, input_size=9),
           Case(mode="lstm", batch=50, max_time=5, num_units=256, num_proj=70, input_size=300),
           Case(mode="lstm", num_layers=2, batch=49, max_time=4, num_units=30, input_size=30,
                input_mode="skip_input"),
           Case(mode="gru", batch=48, max_time=5, num_units=64, input_size=20),
           Case(mode="gru", num_layers=2, batch=50, max_time=4, num_units=30, input_size=30,
-               input_mode="skip_input")]
+               input_mode="skip_input"),
+          Case(mode="lstm", batch=40, max_time=7, num_units=20, input_size=3,
+               lengths=tuple(1 + (3 * k) % 7 for k in range(40))),
+          Case(mode="gru", num_dirs=2, batch=33, max_time=6, num_units=17, input_size=4,
+               lengths=(6,) + (1,) * 32),
+          Case(mode="lstm", num_layers=2, num_dirs=2, batch=36, max_time=5, num_units=12, num_proj=5,
+               input_size=6, lengths=tuple(1 + k % 5 for k in range(36)))]
 
 
 def _inference_digest(case, dtype, time_major=True):
@@ -624,13 +631,10 @@ def test_batch_slices_give_one_threads_bits(case, dtype, threads):
 
 
 def test_batch_slices_not_taken_where_they_do_not_apply(threads):
-    """Ended sequences (a mask), fewer than 16 rows a thread, H > 256, or a tanh RNN: the units
-    are shared instead."""
+    """Fewer than 16 rows a thread, H > 256, or a tanh RNN: the units are shared instead."""
     native = settings.native_module()
     threads(2)
-    for case in (Case(mode="lstm", batch=40, max_time=5, num_units=20, input_size=3,
-                      lengths=tuple(5 - k % 3 for k in range(40))),
-                 Case(mode="lstm", batch=16, max_time=3, num_units=20, input_size=3),
+    for case in (Case(mode="lstm", batch=16, max_time=3, num_units=20, input_size=3),
                  Case(mode="lstm", batch=40, max_time=2, num_units=257, input_size=3),
                  Case(mode="gru", batch=31, max_time=3, num_units=20, input_size=3),
                  Case(mode="rnn_tanh", batch=40, max_time=3, num_units=20, input_size=3)):
@@ -686,6 +690,10 @@ def _backward_slices(case, dtype=np.float32):
 
 # at 2 threads, 8 rows a thread: the forward loops share units, the backward loops run in slices
 BACKWARD_SLICED = [Case(mode="lstm", batch=16, max_time=6, num_units=40, input_size=9),
+                   Case(mode="lstm", batch=18, max_time=6, num_units=40, input_size=9,
+                        lengths=(6, 6, 5, 1) * 4 + (1, 2)),
+                   Case(mode="gru", batch=16, max_time=4, num_units=33, input_size=5,
+                        lengths=tuple(4 - k // 4 for k in range(16))),
                    Case(mode="lstm", batch=17, max_time=5, num_units=24, num_proj=10, input_size=7),
                    Case(mode="gru", batch=16, max_time=5, num_units=33, input_size=20),
                    Case(mode="lstm", num_layers=2, num_dirs=2, batch=20, max_time=4, num_units=16,
@@ -695,9 +703,9 @@ BACKWARD_SLICED = [Case(mode="lstm", batch=16, max_time=6, num_units=40, input_s
 @pytest.mark.parametrize("case", BACKWARD_SLICED, ids=str)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_backward_loops_in_batch_slices_give_one_threads_bits(case, dtype, threads):
-    """A backward loop without a mask, of at least 8 rows a thread, runs in batch slices (one
-    thread's whole loop over its rows, with the caller's step stride): one thread's bits, at 2
-    and 3 threads."""
+    """A backward loop of at least 8 rows a thread runs in batch slices (one thread's whole loop
+    over its rows, with the caller's step stride; with ended sequences the rows split for equal
+    numbers of valid steps): one thread's bits, at 2 and 3 threads."""
     threads(1)
     one, sliced = _backward_slices(case, dtype)
     assert sliced == 0
@@ -710,12 +718,11 @@ def test_backward_loops_in_batch_slices_give_one_threads_bits(case, dtype, threa
 
 
 def test_backward_slices_not_taken_where_they_do_not_apply(threads):
-    """Ended sequences (a mask) or fewer than 8 rows a thread: the units are shared.  A packed
-    Rᵀ beyond half of the L2 needs 32 rows a thread (each slice streams all of it every step)."""
+    """Fewer than 8 rows a thread: the units are shared.  A packed Rᵀ beyond half of the L2
+    needs 32 rows a thread (each slice streams all of it every step)."""
     threads(2)
-    for case in (Case(mode="lstm", batch=40, max_time=5, num_units=20, input_size=3,
-                      lengths=tuple(5 - k % 3 for k in range(40))),
-                 Case(mode="gru", batch=15, max_time=3, num_units=20, input_size=3)):
+    for case in (Case(mode="gru", batch=15, max_time=3, num_units=20, input_size=3),
+                 Case(mode="lstm", batch=15, max_time=3, num_units=20, input_size=3, lengths=(3, 1) * 7 + (2,))):
         assert _backward_slices(case)[1] == 0, case
     few, many = (Case(mode="lstm", batch=b, max_time=3, num_units=20, input_size=3) for b in (63, 64))
     with l2_cache(4096):
