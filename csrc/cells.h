@@ -241,18 +241,33 @@ void projection_phase(PhaseWalk& walk, const ChunkedProjection<T>& input, int64_
 }
 
 // Batch slices: a forward loop of at most kSliceMaxUnits units and at least kSliceRows rows per
-// thread runs as `threads` slices of the batch, each slice's whole time
+// thread (kSliceFitRows when the packed matrices read every step, `packed_bytes`, stay in half of
+// one core's L2) runs as `threads` slices of the batch, each slice's whole time
 // loop on the thread that takes it (its own packed weights: a copy per slice): no per-step
 // meeting, and no state crossing between cores.  Each row's results are those of the whole
 // batch's loop (every product and gate value of a row is computed the same way whatever the
 // rows computed with it).  Measured (2 threads, inference; docs/native_engine.md "Batch
 // slices"): LSTM H = 128, B = 64 7.6 -> 6.4 ms back to back, 15.4 -> 9.0 ms after a quiet
-// spell; GRU H = 256, B = 64 26.4 -> 22.3 ms; at 8 rows a thread, or H = 512, slower or even.
+// spell; GRU H = 256, B = 64 26.4 -> 22.3 ms; H = 512 slower or even; at 8 rows a thread
+// 3-11 % slower where R left half the L2 (1 MiB L2), 14-27 % faster where it stayed (2 MiB L2:
+// lstm-H128-B16-T50 and H256 forward, gru-H256-B16-T50 forward).
 constexpr int64_t kSliceRows = 16;
+constexpr int64_t kSliceFitRows = 8;
 constexpr int64_t kSliceMaxUnits = 256;
 
-inline bool runs_in_slices(int threads, int64_t batch, int64_t units) {
-  return threads > 1 && units <= kSliceMaxUnits && batch >= kSliceRows * threads;
+// Never a single step: a slice of at most kOnceMaxRows rows would read its weights in place
+// (UnpackedWeights), with other bits than the whole batch's packed product.
+inline bool runs_in_slices(int threads, int64_t steps, int64_t batch, int64_t units, int64_t packed_bytes) {
+  if (threads <= 1 || steps < 2 || units > kSliceMaxUnits) return false;
+  return batch >= kSliceRows * threads || (batch >= kSliceFitRows * threads && fits_half_l2(packed_bytes));
+}
+
+// Bytes of a packed [rows, groups · columns] matrix (PackedMatrix::bytes).
+template <class T>
+int64_t packed_bytes(int64_t rows, int64_t columns, int64_t groups) {
+  PackedMatrix<T> m;
+  m.rows = rows; m.columns = columns; m.groups = groups;
+  return m.bytes();
 }
 
 // Batch slices for a backward loop (the gate gradients of a row, like its forward values, depend

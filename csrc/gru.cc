@@ -185,7 +185,7 @@ GruBackwardArgs<T> backward_rows(const GruBackwardArgs<T>& a, int64_t b0, int64_
 
 template <class T>
 void gru_forward(const GruForwardArgs<T>& a, int threads) {
-  if (runs_in_slices(threads, a.batch, a.units)) {
+  if (runs_in_slices(threads, a.steps, a.batch, a.units, packed_bytes<T>(a.units, a.units, 3))) {
     run_in_slices(a, threads, gru_forward<T>, [](const GruForwardArgs<T>& a, int64_t b0, int64_t b1) {
       GruForwardArgs<T> slice = slice_rows(a, b0, b1, 3 * a.units, a.units);
       slice.gates = a.gates + b0 * 3 * a.units;

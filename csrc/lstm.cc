@@ -328,7 +328,9 @@ LstmBackwardArgs<T> backward_rows(const LstmBackwardArgs<T>& a, int64_t b0, int6
 
 template <class T>
 void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
-  if (runs_in_slices(threads, a.batch, a.units)) {
+  const int64_t recurrent_bytes = packed_bytes<T>(a.out_units, a.units, 4) +
+                                 (a.w_proj ? packed_bytes<T>(a.units, a.out_units, 1) : 0);
+  if (runs_in_slices(threads, a.steps, a.batch, a.units, recurrent_bytes)) {
     run_in_slices(a, threads, lstm_forward<T>, [](const LstmForwardArgs<T>& a, int64_t b0, int64_t b1) {
       LstmForwardArgs<T> slice = slice_rows(a, b0, b1, 4 * a.units, a.out_units);
       slice.c = a.c + b0 * a.units;

@@ -585,6 +585,23 @@ def test_single_steps_of_more_rows_are_packed(mode):
         assert np.array_equal(got.output, want.output), (mode, batch, steps)
 
 
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.parametrize("batch", [16, 17, 32, 33, 48])
+def test_single_steps_give_one_threads_bits(mode, batch, threads):
+    """A single step (a CudnnRNN generation step) of any batch gives the same bits on 1, 2 and 3
+    threads: it never runs in batch slices, whose slices of at most 16 rows would read the
+    weights in place while the whole batch packs them (a bug until batch slices checked T)."""
+    case = Case(mode=mode, batch=batch, max_time=1, num_units=40, input_size=30)
+    prob = make_problem(case, 3, np.float32)
+    outputs = []
+    for n in (1, 2, 3):
+        threads(n)
+        with settings.backend("native"):
+            fwd = forward_v3(prob)
+        outputs.append(digest((fwd.output, fwd.output_h, fwd.output_c)))
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
 # Batch slices (csrc/cells.h runs_in_slices): an LSTM or GRU forward loop of H ≤ 256 units with
 # at least 16 rows per thread runs one slice of the batch per thread (with ended sequences: rows
 # split for equal numbers of valid steps)
@@ -631,16 +648,30 @@ def test_batch_slices_give_one_threads_bits(case, dtype, threads):
 
 
 def test_batch_slices_not_taken_where_they_do_not_apply(threads):
-    """Fewer than 16 rows a thread, H > 256, or a tanh RNN: the units are shared instead."""
+    """Fewer than 8 rows a thread, fewer than 16 where the packed R does not stay in half of the
+    L2, H > 256, or a tanh RNN: the units are shared instead."""
     native = settings.native_module()
     threads(2)
-    for case in (Case(mode="lstm", batch=16, max_time=3, num_units=20, input_size=3),
-                 Case(mode="lstm", batch=40, max_time=2, num_units=257, input_size=3),
-                 Case(mode="gru", batch=31, max_time=3, num_units=20, input_size=3),
-                 Case(mode="rnn_tanh", batch=40, max_time=3, num_units=20, input_size=3)):
+
+    def sliced(case):
         before = native.sliced_loops()
         _inference_digest(case, np.float32)
-        assert native.sliced_loops() == before, case
+        return native.sliced_loops() - before
+
+    def lstm(batch, units=20):
+        return Case(mode="lstm", batch=batch, max_time=3, num_units=units, input_size=3)
+
+    fit_rows = (lstm(16), Case(mode="gru", batch=31, max_time=3, num_units=20, input_size=3))
+    with l2_cache(1 << 21):
+        for case in (lstm(15), lstm(40, 257),
+                     Case(mode="rnn_tanh", batch=40, max_time=3, num_units=20, input_size=3)):
+            assert sliced(case) == 0, case
+        for case in fit_rows:
+            assert sliced(case) == 1, case
+    with l2_cache(4096):
+        for case in fit_rows:
+            assert sliced(case) == 0, case
+        assert sliced(lstm(32)) == 1
 
 
 @contextlib.contextmanager
