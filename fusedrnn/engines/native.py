@@ -33,10 +33,10 @@ from .common import NO_OUT, Linalg, WeightGradOut, assign_2d, column_sum, input_
 from .lstm import CUDNN_LSTM, LSTMOptions
 
 
-# csrc/cells.h runs_in_slices: an LSTM or GRU forward loop of at most this many units and at
-# least SLICE_ROWS rows per thread runs as one slice of the batch per thread, each with its own
-# workspace
-SLICE_MAX_UNITS, SLICE_ROWS = 256, 16
+# csrc/cells.h runs_in_slices, backward_runs_in_slices: an LSTM or GRU loop (forward: of at most
+# 256 units) of at least SLICE_MIN_ROWS rows per thread may run as one slice of the batch per
+# thread, each with its own workspace (with ended sequences a slice may hold most of the rows)
+SLICE_MIN_ROWS = 8
 
 
 def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
@@ -51,13 +51,14 @@ def workspace_nbytes(mode: str, B: int, H: int, Hout: int, itemsize: int,
     chunk's live rows) and the backward's
     weight-gradient GEMMs (``[G·H, max(I, Hout)]`` float64 sums, NR-padded, and two packed
     1024-row chunks);
-    the largest of the phases counts; a forward in batch slices (``SLICE_ROWS``), each slice's.
+    the largest of the phases counts; for a loop that may run in batch slices
+    (``SLICE_MIN_ROWS``), each slice's, bounded by a whole batch's on one thread.
     Everything else a call uses is a NumPy array the callers' estimates already count (the
     trace, the gate gradients)."""
     threads = threads or settings.get_num_threads()
     total = _team_workspace_nbytes(mode, B, H, Hout, itemsize, inputs, threads)
-    if mode in ("lstm", "gru") and threads > 1 and H <= SLICE_MAX_UNITS and B >= SLICE_ROWS * threads:
-        one_slice = _team_workspace_nbytes(mode, -(-B // threads), H, Hout, itemsize, inputs, 1)
+    if mode in ("lstm", "gru") and threads > 1 and B >= SLICE_MIN_ROWS * threads:
+        one_slice = _team_workspace_nbytes(mode, B, H, Hout, itemsize, inputs, 1)
         total = max(total, threads * one_slice)
     return total
 
