@@ -271,9 +271,10 @@ int64_t packed_bytes(int64_t rows, int64_t columns, int64_t groups) {
 }
 
 // Batch slices for a backward loop (the gate gradients of a row, like its forward values, depend
-// on no other row; the weight gradients are summed after the loop): at least kBackwardSliceRows rows per thread, and either the packed matrices read every step (`packed_bytes`)
-// staying in half of one core's L2 or kBackwardSliceStreamRows rows per thread to share each
-// pass over them.  The loop must have work for the whole team (loop_team_size).  Measured (2
+// on no other row; the weight gradients are summed after the loop): at least kBackwardSliceRows
+// rows per thread, and either the packed matrices read every step (`packed_bytes`) staying in
+// half of one core's L2 or kBackwardSliceStreamRows rows per thread to share each pass over
+// them.  The loop must have work for the whole team (loop_team_size).  Measured (2
 // threads, the LSTM backward loop alone, docs/native_engine.md "Batch slices"): H = 128, B = 16
 // 1.06 -> 0.65 ms; H = 256, B = 64 4.7 -> 3.6; H = 1024, B = 64 52.7 -> 49.9; slower where
 // each thread streams all of Rᵀ for 8 or 16 rows (H = 384, B = 16 4.7 -> 5.7; H = 512, B = 32
