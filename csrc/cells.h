@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <mutex>
+#include <vector>
 
 #include "engine.h"
 #include "gemm_kernels.h"
@@ -173,7 +174,8 @@ inline void add_columns(T* to, const T* from, int64_t begin, int64_t end) {
 // The recurrent and input matrices a forward loop reads unpacked (data null: packed), by
 // reads_unpacked (`columns`: G·H, both matrices' width): R whenever its layout and size say so,
 // W only for a single step of at most kOnceMaxRows rows
-// (projections of more rows run faster packed: docs/performance.md).
+// (projections of more rows run faster packed: docs/performance.md).  `batch`: the rows of the
+// whole batch, also in a batch slice (step_rows), so that a slice reads them as the batch does.
 constexpr int64_t kOnceMaxRows = 16;  // the rows of a single step read in place (reads_unpacked)
 template <class T>
 struct UnpackedWeights {
@@ -255,8 +257,9 @@ constexpr int64_t kSliceRows = 16;
 constexpr int64_t kSliceFitRows = 8;
 constexpr int64_t kSliceMaxUnits = 256;
 
-// Never a single step: a slice of at most kOnceMaxRows rows would read its weights in place
-// (UnpackedWeights), with other bits than the whole batch's packed product.
+// Never a single step: there is no per-step meeting for slices to save, and a single step of at
+// most kOnceMaxRows rows reads its weights in place (UnpackedWeights, which a slice decides from
+// its whole batch's rows, step_rows, so that its bits stay the whole batch's).
 inline bool runs_in_slices(int threads, int64_t steps, int64_t batch, int64_t units, int64_t packed_bytes) {
   if (threads <= 1 || steps < 2 || units > kSliceMaxUnits) return false;
   return batch >= kSliceRows * threads || (batch >= kSliceFitRows * threads && fits_half_l2(packed_bytes));
@@ -309,32 +312,32 @@ Args slice_rows(const Args& a, int64_t b0, int64_t b1, int64_t gate_columns, int
   return slice;
 }
 
-// Rows [b0, b1) of slice s of `slices` of a's batch: equal numbers of rows, or, with a mask
-// (a.valid: [steps, step_rows]), about equal numbers of valid steps (a variable-length batch
-// sorted by length gives its first slices fewer, longer rows); a slice may be empty.
+// The first rows of the `slices` slices of a's batch, then a.batch: equal numbers of rows, or,
+// with a mask (a.valid: [steps, step_rows]), about equal numbers of valid steps (a
+// variable-length batch sorted by length gives its first slices fewer, longer rows); a slice
+// may be empty.
 template <class Args>
-void slice_bounds(const Args& a, int64_t s, int64_t slices, int64_t* b0, int64_t* b1) {
+std::vector<int64_t> slice_starts(const Args& a, int64_t slices) {
+  std::vector<int64_t> starts(size_t(slices + 1), a.batch);
+  int64_t end;
   if (!a.valid) {
-    split_blocks(a.batch, int(s), int(slices), b0, b1);
-    return;
+    for (int64_t s = 0; s < slices; ++s) split_blocks(a.batch, int(s), int(slices), &starts[size_t(s)], &end);
+    return starts;
   }
   const int64_t S = step_rows(a);
-  const auto valid_steps = [&](int64_t b) {
+  std::vector<int64_t> steps_before(size_t(a.batch + 1), 0);  // the valid steps of rows [0, b)
+  for (int64_t b = 0; b < a.batch; ++b) {
     int64_t n = 0;
     for (int64_t t = 0; t < a.steps; ++t) n += a.valid[t * S + b] ? 1 : 0;
-    return n;
-  };
-  int64_t total = 0;
-  for (int64_t b = 0; b < a.batch; ++b) total += valid_steps(b);
-  // cut k: the first row whose preceding rows hold at least k/slices of the valid steps
-  const auto cut = [&](int64_t k) {
-    if (k >= slices) return a.batch;
-    int64_t b = 0;
-    for (int64_t before = 0; b < a.batch && before * slices < total * k; ++b) before += valid_steps(b);
-    return b;
-  };
-  *b0 = cut(s);
-  *b1 = cut(s + 1);
+    steps_before[size_t(b + 1)] = steps_before[size_t(b)] + n;
+  }
+  const int64_t total = steps_before[size_t(a.batch)];
+  // slice s starts at the first row whose preceding rows hold at least s/slices of the steps
+  for (int64_t s = 0, b = 0; s < slices; ++s) {
+    while (b < a.batch && steps_before[size_t(b)] * slices < total * s) ++b;
+    starts[size_t(s)] = b;
+  }
+  return starts;
 }
 
 // Runs forward(slice(a, b0, b1), 1) for `slices` slices [b0, b1) of a's batch on the team (an
@@ -347,18 +350,19 @@ template <class Args, class Forward, class Slice>
 void run_in_slices(const Args& a, int slices, Forward forward, Slice slice) {
   sliced_loops.fetch_add(1, std::memory_order_relaxed);
   struct Job {
-    Job(const Args& args, Forward& f, Slice& s, int64_t n) : a(args), forward(f), slice(s), slices(n) {}
+    Job(const Args& args, Forward& f, Slice& s, int64_t n)
+        : a(args), forward(f), slice(s), slices(n), starts(slice_starts(args, n)) {}
     const Args& a;
     Forward& forward;
     Slice& slice;
     int64_t slices;
+    std::vector<int64_t> starts;
     std::atomic<int64_t> next{0};
     std::mutex failure;
     std::exception_ptr error;
     void run() {
       for (int64_t s = next.fetch_add(1); s < slices; s = next.fetch_add(1)) {
-        int64_t b0, b1;
-        slice_bounds(a, s, slices, &b0, &b1);
+        const int64_t b0 = starts[size_t(s)], b1 = starts[size_t(s + 1)];
         if (b1 <= b0) continue;
         try {
           forward(slice(a, b0, b1), 1);

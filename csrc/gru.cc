@@ -196,7 +196,7 @@ void gru_forward(const GruForwardArgs<T>& a, int threads) {
   }
   GruForwardJob<T> job{a, {}, {}, nullptr, nullptr, {}, nullptr, step_rows(a)};
   job.rec.rows = a.units; job.rec.columns = a.units; job.rec.groups = 3;
-  const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.units, a.w_in, a.inputs,
+  const UnpackedWeights<T> unpacked(a.steps, step_rows(a), a.w_rec, a.units, a.w_in, a.inputs,
                                     3 * a.units, !a.x_gates);
   job.unpacked = unpacked.rec;
   Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values()), q(size_t(a.batch * 3 * a.units));

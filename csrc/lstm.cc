@@ -358,7 +358,7 @@ void lstm_forward(const LstmForwardArgs<T>& a, int threads) {
     for (int64_t i = 0; i < BH; ++i) job.c[i] = a.c[i];
   }
   job.rec.rows = a.out_units; job.rec.columns = a.units; job.rec.groups = 4;
-  const UnpackedWeights<T> unpacked(a.steps, a.batch, a.w_rec, a.out_units, a.w_in, a.inputs,
+  const UnpackedWeights<T> unpacked(a.steps, step_rows(a), a.w_rec, a.out_units, a.w_in, a.inputs,
                                     4 * a.units, !a.x_gates);
   job.unpacked = unpacked.rec;
   Buffer<T> rec(job.unpacked.data ? 0 : job.rec.values());

@@ -195,8 +195,9 @@ def take_rows(a: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:
     the last, the rows are contiguous, the result is large and the team has several threads;
     NumPy's take otherwise."""
     item, threads = a.itemsize, _threads()
-    if (threads < 2 or a.ndim != axis + 2 or a.ndim > 3 or index.size * a.size // max(a.shape[axis], 1) * item
-            < _MIN_TEAM_GATHER_BYTES or (a.shape[-1] > 1 and a.strides[-1] != item)
+    out_bytes = a.nbytes // max(a.shape[axis], 1) * index.size if a.ndim == axis + 2 else 0
+    rows_contiguous = a.shape[-1] < 2 or a.strides[-1] == item
+    if (threads < 2 or a.ndim > 3 or out_bytes < _MIN_TEAM_GATHER_BYTES or not rows_contiguous
             or any(s < 0 or s % item for s in a.strides[:-1])):
         return np.take(a, index, axis=axis)
     src = a if a.ndim == 3 else a[None]
