@@ -252,16 +252,42 @@ py::array_t<T> gemm_hook(py::array_t<T, py::array::c_style | py::array::forcecas
   return C;
 }
 
+// A row list of a gathered GEMM (None: none): a C-contiguous int64 array, strictly increasing,
+// within [0, rows) (the kernels read and write through it unchecked).
+const int64_t* row_list(const py::object& o, int64_t rows, const char* name) {
+  if (o.is_none()) return nullptr;
+  auto a = py::reinterpret_borrow<py::array>(o);
+  if (!py::isinstance<py::array_t<int64_t>>(o) || a.ndim() != 1 || !(a.flags() & py::array::c_style))
+    throw py::type_error(std::string(name) + " must be a C-contiguous 1-D int64 array");
+  const int64_t* r = static_cast<const int64_t*>(a.data());
+  for (ssize_t i = 0; i < a.shape(0); ++i)
+    if (r[i] < 0 || r[i] >= rows || (i > 0 && r[i] <= r[i - 1]))
+      throw py::value_error(std::string(name) + " must be strictly increasing within [0, " +
+                            std::to_string(rows) + ")");
+  return r;
+}
+
 // C = op(A) op(B) on the team; op = transpose where asked (A, B, C C-contiguous 2-D arrays of
-// one dtype; the Python side checks the shapes).
+// one dtype; the Python side checks the shapes).  k_rows: the sum runs over those rows of A
+// (transposed) and B only; m_rows: C's rows m_rows[i] = A's rows m_rows[i] · B only (A not
+// transposed, not accurate); the other rows of C are left as they are.
 template <class T>
 void gemm(py::object A, py::object B, py::object C, bool transpose_a, bool transpose_b,
-          bool accurate, int threads) {
+          bool accurate, int threads, py::object k_rows, py::object m_rows) {
   const int64_t a0 = dim(A, 0), a1 = dim(A, 1), b0 = dim(B, 0), b1 = dim(B, 1);
-  const int64_t M = transpose_a ? a1 : a0, K = transpose_a ? a0 : a1, N = transpose_b ? b0 : b1;
+  int64_t M = transpose_a ? a1 : a0, K = transpose_a ? a0 : a1;
+  const int64_t N = transpose_b ? b0 : b1;
+  if (!k_rows.is_none() && (!transpose_a || transpose_b))
+    throw py::value_error("k_rows needs a transposed A and an untransposed B");
+  if (!m_rows.is_none() && (transpose_a || accurate))
+    throw py::value_error("m_rows needs an untransposed A and accurate=False");
+  const int64_t* k_list = row_list(k_rows, K, "k_rows");
+  const int64_t* m_list = row_list(m_rows, M, "m_rows");
+  if (k_list) K = py::len(k_rows);
+  if (m_list) M = py::len(m_rows);
   GemmArgs<T> g{M, N, K, in<T>(A, "A"), transpose_a ? 1 : a1, transpose_a ? a1 : 1,
                 in<T>(B, "B"), transpose_b ? 1 : b1, transpose_b ? b1 : 1,
-                out<T>(C, "C"), N, accurate};
+                out<T>(C, "C"), N, accurate, k_list, m_list};
   const EngineTable& t = table();
   py::gil_scoped_release release;
   if constexpr (std::is_same<T, float>::value) t.gemm_f(g, threads); else t.gemm_d(g, threads);
@@ -452,12 +478,16 @@ PYBIND11_MODULE(_native, m) {
                                                                 d_pre, dh, threads);
   });
   m.def("gemm", [](py::object A, py::object B, py::object C, bool transpose_a, bool transpose_b,
-                   bool accurate, int threads) {
-    (is_double(C) ? gemm<double> : gemm<float>)(A, B, C, transpose_a, transpose_b, accurate, threads);
+                   bool accurate, int threads, py::object k_rows, py::object m_rows) {
+    (is_double(C) ? gemm<double> : gemm<float>)(A, B, C, transpose_a, transpose_b, accurate, threads,
+                                                k_rows, m_rows);
   }, py::arg("A"), py::arg("B"), py::arg("C"), py::arg("transpose_a"), py::arg("transpose_b"),
-     py::arg("accurate"), py::arg("threads"),
+     py::arg("accurate"), py::arg("threads"), py::arg("k_rows") = py::none(),
+     py::arg("m_rows") = py::none(),
      "C = op(A) op(B) on the engine's team (op: transpose where asked); accurate: float32 sums "
-     "over blocks of 64 k added in float64.");
+     "over blocks of 64 k added in float64.  k_rows (int64, strictly increasing; A transposed): "
+     "the sum over those rows of A and B only; m_rows (A not transposed, not accurate): C's rows "
+     "m_rows = A's rows m_rows · op(B), C's other rows untouched.");
   m.def("copy_2d", [](py::array dst, py::array src) {
     if (dst.ndim() != 2 || src.ndim() != 2 || dst.shape(0) != src.shape(0) ||
         dst.shape(1) != src.shape(1) || !dst.dtype().is(src.dtype()) || !dst.writeable())

@@ -149,6 +149,12 @@ struct GemmArgs {
   const T* B; int64_t b_rs, b_cs;
   T* C; int64_t ldc;
   bool accurate;
+  // Row gathers (null: none), each strictly increasing: k_rows [K] (A transposed, a_rs = 1, and
+  // B with contiguous rows, b_cs = 1): term k reads A's column and B's row k_rows[k]; m_rows [M]
+  // (A with contiguous rows, a_cs = 1; not accurate): output row m reads A's row and writes C's
+  // row m_rows[m].  The products of the gathered matrices, the same bits.
+  const int64_t* k_rows = nullptr;
+  const int64_t* m_rows = nullptr;
 };
 
 // One instruction set's kernels.  `threads` is the team size asked for; results do not depend

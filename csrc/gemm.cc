@@ -75,7 +75,10 @@ struct GemmJob {
     const int64_t panel_stride = chunk_rows * nr;  // b's panels (capacity chunk_rows)
     for (int64_t m0 = m_begin; m0 < m_end; m0 += m_block) {
       const int64_t rows = m_end - m0 < m_block ? m_end - m0 : m_block;
-      pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack);
+      if (a.m_rows)
+        pack_rows(a.A, a.a_rs, a.a_cs, rows, k0, k1, a_pack, nullptr, a.m_rows + m0);
+      else
+        pack_rows(a.A + m0 * a.a_rs, a.a_rs, a.a_cs, rows, k0, k1, a_pack, a.k_rows);
       for (int64_t j = j0; j < j1; j += kPanelsPerBlock) {
         const int panels = int(j1 - j < kPanelsPerBlock ? j1 - j : kPanelsPerBlock);
         const int64_t j_last = j + panels - 1;
@@ -84,7 +87,13 @@ struct GemmJob {
         for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
           const int r = int(rows - r0 < kMaxRows ? rows - r0 : kMaxRows);
           const T* block = a_pack + r0 * depth;
-          T* const c_block = a.C + (m0 + r0) * a.ldc + j * nr;  // C's rows of this block, panel j
+          if (a.m_rows && !consecutive(a.m_rows + m0 + r0, r)) {
+            gathered_rows(r, panels, depth, block, panel, panel_stride, a.m_rows + m0 + r0, j, width,
+                          k0 > 0);
+            continue;
+          }
+          const int64_t c_row = a.m_rows ? a.m_rows[m0 + r0] : m0 + r0;
+          T* const c_block = a.C + c_row * a.ldc + j * nr;  // C's rows of this block, panel j
           if (!accurate) {
             micro_rows<T>(r, panels, 0, depth, block, panel, panel_stride, c_block, a.ldc, width,
                           k0 > 0);
@@ -123,6 +132,32 @@ struct GemmJob {
     }
   }
 
+  // A row block of r rows (r ≤ kMaxRows) whose C rows (`c_rows`) are not consecutive: formed in
+  // a tile (the earlier chunks' partial sums copied in, exactly) and copied out to its rows.
+  void gathered_rows(int r, int panels, int64_t depth, const T* block, const T* panel,
+                     int64_t panel_stride, const int64_t* c_rows, int64_t j, int64_t width,
+                     bool accumulate) const {
+    constexpr int nr = PackedMatrix<T>::nr;
+    const int64_t tile_stride = panels * nr, columns = (panels - 1) * nr + width;
+    T tile[kMaxRows * kPanelsPerBlock * nr];
+    if (accumulate)
+      for (int i = 0; i < r; ++i)
+        std::memcpy(tile + i * tile_stride, a.C + c_rows[i] * a.ldc + j * nr, columns * sizeof(T));
+    micro_rows<T>(r, panels, 0, depth, block, panel, panel_stride, tile, tile_stride, width,
+                  accumulate);
+    for (int i = 0; i < r; ++i)
+      std::memcpy(a.C + c_rows[i] * a.ldc + j * nr, tile + i * tile_stride, columns * sizeof(T));
+  }
+
+  // B's rows [k0, k1) into `b`'s panels [p0, p1).
+  void pack_chunk(const PackedMatrix<T>& b, int64_t k0, int64_t p0, int64_t p1) const {
+    if (a.k_rows)
+      pack_panels(a.B, a.b_rs, a.b_cs, b, p0, p1, static_cast<const T*>(nullptr), nullptr,
+                  a.k_rows + k0);
+    else
+      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, p0, p1);
+  }
+
   void run(int t_id, int n_threads, Sync* sync) {
     if (by_rows) return run_by_rows(t_id, n_threads, sync);
     const int64_t M = a.M, K = a.K;
@@ -136,7 +171,7 @@ struct GemmJob {
       PackedMatrix<T> b = chunk;
       b.capacity = chunk_rows;  // fixed panel places: the other threads still read theirs
       b.rows = k1 - k0;
-      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, j0, j1);
+      pack_chunk(b, k0, j0, j1);
       multiply_chunk(b, k0, k1, 0, M, j0, j1, a_pack);
     }
   }
@@ -161,7 +196,7 @@ struct GemmJob {
       b.data = chunk_data[c % 2];
       b.capacity = chunk_rows;
       b.rows = k1 - k0;
-      pack_panels(a.B + k0 * a.b_rs, a.b_rs, a.b_cs, b, p0, p1);
+      pack_chunk(b, k0, p0, p1);
       sync->wait();  // the chunk is packed
       if (m_begin < m_end) multiply_chunk(b, k0, k1, m_begin, m_end, 0, b.panels(), a_pack);
     }

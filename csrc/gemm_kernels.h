@@ -248,6 +248,12 @@ inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a,
 // and 8 rows fill at most the 8 ways of an L1 set even when A's row stride is a multiple of 4 KiB
 // (16 measured the same on Zen 3).
 constexpr int64_t kPackRowsTile = 8;
+
+// Whether rows[0..count) are consecutive (rows[i] = rows[0] + i): a gathered block that lies
+// in one piece.
+inline bool consecutive(const int64_t* rows, int64_t count) {
+  return count < 1 || rows[count - 1] - rows[0] == count - 1;
+}
 #if FUSEDRNN_VECTOR_BYTES >= 32
 // A full block of kMaxRows = 6 contiguous float rows, k in [0, depth / 8 · 8): 8 × 8 register
 // transposes (rows 6 and 7 zero), the first 6 values of each transposed row stored.  Returns
@@ -297,11 +303,16 @@ inline int64_t pack_row_tiles(const double* src, int64_t row_stride, int64_t dep
 }
 #endif
 
+// `k_rows` (only for a transposed A, row_stride 1): A's column k is at A + k_rows[k] ·
+// col_stride (a gather of the rows of the matrix A is the transpose of); `m_rows` (only for
+// contiguous rows, col_stride 1): A's row m is at A + m_rows[m] · row_stride.  Either: the same
+// packed values as packing the gathered matrix.
 template <class T>
 void pack_rows(const T* A, int64_t row_stride, int64_t col_stride, int64_t M, int64_t k0,
-               int64_t k1, T* dst) {
+               int64_t k1, T* dst, const int64_t* k_rows = nullptr,
+               const int64_t* m_rows = nullptr) {
   const int64_t depth = k1 - k0;
-  if (row_stride == 1 && col_stride != 1) {
+  if (k_rows || (row_stride == 1 && col_stride != 1)) {
     // A's columns are contiguous (a transposed view): for each k, the M values of the blocks
     // are one contiguous run of A, copied a fixed-size block at a time.  k in tiles of
     // kPackRowsTile, block by block within a tile, each block's part written as one sequential
@@ -311,21 +322,31 @@ void pack_rows(const T* A, int64_t row_stride, int64_t col_stride, int64_t M, in
     const int64_t full = M / kMaxRows * kMaxRows, rest = M - full;
     for (int64_t t0 = 0; t0 < depth; t0 += kPackRowsTile) {
       const int64_t t1 = depth - t0 < kPackRowsTile ? depth : t0 + kPackRowsTile;
-      const T* tile = A + (k0 + t0) * col_stride;
+      // A's column k0 + k (a row of the matrix A transposes)
+      const auto column = [&](int64_t k) {
+        return A + (k_rows ? k_rows[k0 + k] : k0 + k) * col_stride;
+      };
       for (int64_t m0 = 0; m0 < full; m0 += kMaxRows) {
         T* block = dst + m0 * depth;
         for (int64_t k = t0; k < t1; ++k)
-          std::memcpy(block + k * kMaxRows, tile + (k - t0) * col_stride + m0, kMaxRows * sizeof(T));
+          std::memcpy(block + k * kMaxRows, column(k) + m0, kMaxRows * sizeof(T));
       }
       for (int64_t k = t0; k < t1; ++k)
-        for (int64_t r = 0; r < rest; ++r) dst[full * depth + k * rest + r] = tile[(k - t0) * col_stride + full + r];
+        for (int64_t r = 0; r < rest; ++r) dst[full * depth + k * rest + r] = column(k)[full + r];
     }
     return;
   }
   for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
     const int64_t rows = M - m0 < kMaxRows ? M - m0 : kMaxRows;
     T* block = dst + m0 * depth;
-    const T* src = A + m0 * row_stride + k0 * col_stride;
+    if (m_rows && !consecutive(m_rows + m0, rows)) {  // rows gathered one at a time
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = A + m_rows[m0 + r] * row_stride + k0;
+        for (int64_t k = 0; k < depth; ++k) block[k * rows + r] = row[k];
+      }
+      continue;
+    }
+    const T* src = A + (m_rows ? m_rows[m0] : m0) * row_stride + k0 * col_stride;
     if (col_stride == 1) {
       int64_t k_done = 0;
 #if FUSEDRNN_VECTOR_BYTES >= 32

@@ -133,10 +133,12 @@ void pack_columns(const T* first, int64_t col_stride, int64_t rows, int64_t widt
 constexpr int64_t kPackPanelsTile = 8;
 
 // Panels [first, last) of group g of a B whose rows are contiguous (element (k, n) at
-// group[k · row_stride + n]), scaled by `scale` (length N, or null).
+// group[k · row_stride + n], or at group[k_rows[k] · row_stride + n] when `k_rows` is given: B's
+// rows gathered as they are packed), scaled by `scale` (length N, or null).
 template <class T>
 void pack_row_major(const T* group, int64_t row_stride, const PackedMatrix<T>& m, int64_t g,
-                    int64_t first, int64_t last, const T* scale) {
+                    int64_t first, int64_t last, const T* scale,
+                    const int64_t* k_rows = nullptr) {
   constexpr int nr = PackedMatrix<T>::nr;
   for (int64_t k0 = 0; k0 < m.rows; k0 += kPackPanelsTile) {
     const int64_t k1 = m.rows - k0 < kPackPanelsTile ? m.rows : k0 + kPackPanelsTile;
@@ -146,7 +148,7 @@ void pack_row_major(const T* group, int64_t row_stride, const PackedMatrix<T>& m
       T* dst = m.panel(g, j);
       const T* s = scale ? scale + n0 : nullptr;
       for (int64_t k = k0; k < k1; ++k) {
-        const T* row = group + k * row_stride + n0;
+        const T* row = group + (k_rows ? k_rows[k] : k) * row_stride + n0;
         T* out = dst + k * nr;
         if (width == nr) {  // two vectors
           constexpr int W = Vec<T>::width;
@@ -168,17 +170,19 @@ void pack_row_major(const T* group, int64_t row_stride, const PackedMatrix<T>& m
 
 // Packs panels j in [first, last) of every group (each thread packs the panels it computes);
 // `column_scale` (length G·N, or null) multiplies column n's values as they are packed;
-// `group_blocks` (length G, or null: in order) names the column block of src that holds group g.
+// `group_blocks` (length G, or null: in order) names the column block of src that holds group g;
+// `k_rows` (length m.rows, or null): B's row k is src's row k_rows[k] (a gather; only for a B
+// whose rows are contiguous, col_stride 1).
 template <class T>
 void pack_panels(const T* src, int64_t row_stride, int64_t col_stride, const PackedMatrix<T>& m,
                  int64_t first, int64_t last, const T* column_scale = nullptr,
-                 const int64_t* group_blocks = nullptr) {
+                 const int64_t* group_blocks = nullptr, const int64_t* k_rows = nullptr) {
   constexpr int nr = PackedMatrix<T>::nr;
   for (int64_t g = 0; g < m.groups; ++g) {
     const T* group = src + (group_blocks ? group_blocks[g] : g) * m.columns * col_stride;
-    if (col_stride == 1 && row_stride != 1) {
+    if (k_rows || (col_stride == 1 && row_stride != 1)) {
       pack_row_major(group, row_stride, m, g, first, last,
-                     column_scale ? column_scale + g * m.columns : nullptr);
+                     column_scale ? column_scale + g * m.columns : nullptr, k_rows);
       continue;
     }
     for (int64_t j = first; j < last; ++j) {

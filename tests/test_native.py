@@ -1173,3 +1173,52 @@ def test_team_gemm_matches_float64_and_is_thread_independent(dtype, M, K, N):
     native.gemm(a.T.copy(), w, out, False, True, False, 2)
     np.testing.assert_allclose(out, a.T.astype(np.float64) @ w.T.astype(np.float64),
                                rtol=0, atol=float(K * np.finfo(dtype).eps * 10 * max(1, np.abs(out).max())))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("P,M,N,keep", [(1, 1, 1, 1.0), (40, 7, 5, 0.0), (300, 37, 70, 0.5),
+                                        (1500, 130, 257, 0.7), (2600, 200, 33, 0.4),
+                                        (900, 1300, 40, 0.8)])  # K chunks of m_rows' product
+def test_team_gemm_row_lists_give_the_gathered_rows_bits(dtype, P, M, N, keep):
+    """k_rows / m_rows read (and m_rows writes) the rows in place: the bits of the product of
+    the gathered rows, on any team size, in both modes; the other rows of C untouched."""
+    rng = np.random.default_rng(P + M + N)
+    rows = np.flatnonzero(rng.random(P) < keep).astype(np.int64)
+    rows = rows if rows.size or keep == 0.0 else np.array([0], np.int64)
+    a = rng.standard_normal((P, M)).astype(dtype)
+    b = rng.standard_normal((P, N)).astype(dtype)
+    w = rng.standard_normal((M, N)).astype(dtype)
+    for threads in (1, 2, 3):
+        for accurate in (False, True):
+            expected = np.empty((M, N), dtype)
+            native.gemm(np.ascontiguousarray(a[rows]), np.ascontiguousarray(b[rows]), expected,
+                        True, False, accurate, threads)
+            got = np.empty((M, N), dtype)
+            native.gemm(a, b, got, True, False, accurate, threads, k_rows=rows)
+            assert got.tobytes() == expected.tobytes()
+        expected = np.empty((rows.size, N), dtype)
+        native.gemm(np.ascontiguousarray(a[rows]), w, expected, False, False, False, threads)
+        for w_operand, transposed in ((w, False), (np.ascontiguousarray(w.T), True)):
+            got = np.full((P, N), 7.0, dtype)
+            native.gemm(a, w_operand, got, False, transposed, False, threads, m_rows=rows)
+            assert got[rows].tobytes() == expected.tobytes()
+            assert np.all(np.delete(got, rows, axis=0) == 7.0)
+
+
+@pytest.mark.parametrize("rows,error", [([0, 0], ValueError), ([2, 1], ValueError), ([3], ValueError),
+                                        ([-1], ValueError), (np.array([1.0]), TypeError),
+                                        (np.array([0], np.int32), TypeError)])
+def test_team_gemm_rejects_bad_row_lists(rows, error):
+    rows = rows if isinstance(rows, np.ndarray) else np.array(rows, np.int64)
+    a = np.zeros((3, 2), np.float32)
+    with pytest.raises(error):
+        native.gemm(a, a, np.empty((2, 2), np.float32), True, False, True, 1, k_rows=rows)
+    with pytest.raises(error):
+        native.gemm(a, np.zeros((2, 2), np.float32), np.empty((3, 2), np.float32), False, False,
+                    False, 1, m_rows=rows)
+    with pytest.raises(ValueError):  # the orientations each list supports
+        native.gemm(a, a, np.empty((2, 2), np.float32), False, False, True, 1,
+                    k_rows=np.array([0], np.int64))
+    with pytest.raises(ValueError):
+        native.gemm(a, np.zeros((2, 2), np.float32), np.empty((3, 2), np.float32), False, False,
+                    True, 1, m_rows=np.array([0], np.int64))

@@ -133,7 +133,12 @@ class Linalg(NamedTuple):
     in), ``matmul(a, b) = a @ b`` and
     ``product_sum(a, b)`` (:func:`product_sum`'s sum, as exact), ``column_sum(a)``
     (:func:`column_sum`'s sum, the same bits) and ``take_rows(a, index, axis)``
-    (:func:`take_rows`'s gather).  :data:`NUMPY_LINALG` is NumPy's BLAS and einsum;
+    (:func:`take_rows`'s gather).  Optionally the same products over a subset of the rows,
+    gathered as they are read (``rows``: strictly increasing int64 indices; None: not offered,
+    :func:`live_rows_linalg` gathers them first): ``gram_rows(a, b, rows, out=None)`` =
+    ``gram(a[rows], b[rows], out)`` and ``matmul_rows(a, b, rows, out)``, which sets
+    ``out[rows] = a[rows] @ b`` and leaves ``out``'s other rows as they are; both with the same
+    bits as on the gathered rows.  :data:`NUMPY_LINALG` is NumPy's BLAS and einsum;
     the native backend passes its own (the engine's team, no BLAS thread pool)."""
 
     gram: Callable
@@ -141,6 +146,8 @@ class Linalg(NamedTuple):
     product_sum: Callable = product_sum
     column_sum: Callable = column_sum
     take_rows: Callable = take_rows
+    gram_rows: Callable | None = None
+    matmul_rows: Callable | None = None
 
 
 def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
@@ -167,11 +174,16 @@ def live_rows_linalg(valid: np.ndarray | None, linalg: Linalg) -> Linalg:
         return entry[1]
 
     def gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if linalg.gram_rows is not None:
+            return linalg.gram_rows(a, b, rows, out=out)
         return linalg.gram(live(a), live(b), out=out)
 
     def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = aligned_zeros((a.shape[0], b.shape[1]), a.dtype)
-        out[rows] = linalg.matmul(live(a), b)
+        if linalg.matmul_rows is not None:
+            linalg.matmul_rows(a, b, rows, out)
+        else:
+            out[rows] = linalg.matmul(live(a), b)
         return out
 
     return linalg._replace(gram=gram, matmul=matmul)

@@ -134,9 +134,12 @@ def _threads() -> int:
     return settings.get_num_threads()
 
 
-def _gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``aᵀ b`` over the N rows of ``a[N, m]``, ``b[N, n]`` on the engine's team; float32 sums
-    over blocks of 64 rows added in float64 (at least as accurate as :func:`.common.gram`).
+def _gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+          rows: np.ndarray | None = None) -> np.ndarray:
+    """``aᵀ b`` over the N rows of ``a[N, m]``, ``b[N, n]`` (only ``rows``, strictly increasing
+    int64 indices, when given: read in place, the bits of the gathered rows' product) on the
+    engine's team; float32 sums over blocks of 64 rows added in float64 (at least as accurate as
+    :func:`.common.gram`).
 
     Computed as ``bᵀ a`` into a C-contiguous ``[n, m]`` array and returned as its transpose (a
     view; the same products summed in the same order, so the same bits): the cuDNN layout's
@@ -145,7 +148,7 @@ def _gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nda
     a, b = _c(a, a.dtype), _c(b, a.dtype)
     direct = out is not None and out.T.flags.c_contiguous and out.dtype == a.dtype
     out_t = out.T if direct else aligned_empty((b.shape[1], a.shape[1]), a.dtype)
-    settings.native_module().gemm(b, a, out_t, True, False, True, _threads())
+    settings.native_module().gemm(b, a, out_t, True, False, True, _threads(), k_rows=_index(rows))
     if out is not None and not direct:
         assign_2d(out, out_t.T)
         return out
@@ -156,10 +159,22 @@ def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` on the engine's team (``b`` may be the transpose of a C-contiguous array)."""
     a = _c(a, a.dtype)
     out = aligned_empty((a.shape[0], b.shape[1]), a.dtype)
+    _matmul_rows(a, b, None, out)
+    return out
+
+
+def _matmul_rows(a: np.ndarray, b: np.ndarray, rows: np.ndarray | None, out: np.ndarray) -> None:
+    """``out[rows] = a[rows] @ b`` (all rows when ``rows`` is None; strictly increasing int64
+    indices, read and written in place: the bits of the gathered rows' product) on the engine's
+    team; ``out`` C-contiguous ``[N, n]`` in ``a``'s dtype, its other rows left as they are."""
+    a = _c(a, a.dtype)
     transposed = not b.flags.c_contiguous and b.T.flags.c_contiguous and b.dtype == a.dtype
     settings.native_module().gemm(a, b.T if transposed else _c(b, a.dtype), out, False, transposed,
-                                  False, _threads())
-    return out
+                                  False, _threads(), m_rows=_index(rows))
+
+
+def _index(rows: np.ndarray | None) -> np.ndarray | None:
+    return None if rows is None else np.ascontiguousarray(rows, np.int64)
 
 
 def _product_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -207,7 +222,8 @@ def take_rows(a: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum, column_sum=_column_sum,
-                take_rows=take_rows)
+                take_rows=take_rows,
+                gram_rows=lambda a, b, rows, out=None: _gram(a, b, out, rows), matmul_rows=_matmul_rows)
 
 
 def _live_linalg(valid: np.ndarray | None) -> Linalg:
