@@ -32,7 +32,11 @@ inline int64_t now_ns() {
 // Waiting policy (measured on 2-vCPU KVM guests: a pause ≈ 70 ns; waking a thread whose vCPU
 // has halted took 60 µs after 5 ms idle and ~3 ms after 25 ms idle; a thread that naps in short
 // sleeps answers within about one nap after any idle time: 100 µs naps cost ~20 % of a core
-// (each timer wake-up exits to the hypervisor), 1 ms naps ~2 %).
+// (each timer wake-up exits to the hypervisor), 1 ms naps ~2 %).  A nap is a timed wait on the
+// sleepers' condition variable, so a posted job or wake() (at the top of every op call) ends it
+// at once: with nanosleep a worker in 1 ms naps joined a call half a nap late on average, most
+// of a small call (lstm-H128-B16-T25 inference at 2 threads after the other peers' calls in the
+// benchmark's process: 1.40 → 1.14 ms; docs/performance.md, session 22).
 constexpr int64_t kPauseNs = 30'000;          // spin with pause first
 constexpr int64_t kBarrierSpinNs = 2'000'000;  // then with sched_yield, then sleep
 constexpr int64_t kJobSpinNs = 3'000'000;      // workers between jobs: spin, then
@@ -207,9 +211,14 @@ void Team::wait_for_job(uint64_t seen_generation) {
     if (solo_.load(std::memory_order_relaxed)) continue;  // a caller runs a job alone: stay warm
     seen_wake = wake_calls_.load(std::memory_order_seq_cst);
     for (int64_t idle = 0; idle < kNapWindowNs; idle = now_ns() - start) {
-      const timespec nap{0, long(idle < kShortNapsNs ? kShortNapNs : kLongNapNs)};
+      const std::chrono::nanoseconds nap(idle < kShortNapsNs ? kShortNapNs : kLongNapNs);
       resting_.fetch_add(1, std::memory_order_relaxed);
-      nanosleep(&nap, nullptr);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      {  // a nap that a job or wake() ends early (notify_sleepers)
+        std::unique_lock<std::mutex> lock(sleep_mutex_);
+        news_.wait_for(lock, nap, news);
+      }
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
       napped_ns_.store(now_ns(), std::memory_order_relaxed);
       resting_.fetch_sub(1, std::memory_order_relaxed);
       if (posted()) return;

@@ -16,7 +16,8 @@
 //
 // Waiting (between steps at the barrier, between jobs in the workers) spins with `pause` for a
 // few tens of µs, then spins with sched_yield (another runnable thread on this CPU gets it), and
-// only then sleeps on a condition variable: a sleeping thread's vCPU halts, and its wake-up costs
+// only then sleeps on a condition variable (the workers between jobs first in naps, timed waits
+// on it that a job or wake() ends early): a sleeping thread's vCPU halts, and its wake-up costs
 // far more than the wait it saved.
 //
 // Before a job on more than one thread the caller keeps the workers off its own CPU (Linux: their
