@@ -249,8 +249,8 @@ inline void micro_rows(int rows, int panels, int64_t k0, int64_t k1, const T* a,
 // (16 measured the same on Zen 3).
 constexpr int64_t kPackRowsTile = 8;
 
-// Whether rows[0..count) are consecutive (rows[i] = rows[0] + i): a gathered block that lies
-// in one piece.
+// Whether rows[0..count) of a strictly increasing list are consecutive (rows[i] = rows[0] + i):
+// a gathered block that lies in one piece.
 inline bool consecutive(const int64_t* rows, int64_t count) {
   return count < 1 || rows[count - 1] - rows[0] == count - 1;
 }
