@@ -283,8 +283,8 @@ void gemm(py::object A, py::object B, py::object C, bool transpose_a, bool trans
     throw py::value_error("m_rows needs an untransposed A and accurate=False");
   const int64_t* k_list = row_list(k_rows, K, "k_rows");
   const int64_t* m_list = row_list(m_rows, M, "m_rows");
-  if (k_list) K = py::len(k_rows);
-  if (m_list) M = py::len(m_rows);
+  if (!k_rows.is_none()) K = int64_t(py::len(k_rows));  // an empty list: no rows
+  if (!m_rows.is_none()) M = int64_t(py::len(m_rows));
   GemmArgs<T> g{M, N, K, in<T>(A, "A"), transpose_a ? 1 : a1, transpose_a ? a1 : 1,
                 in<T>(B, "B"), transpose_b ? 1 : b1, transpose_b ? b1 : 1,
                 out<T>(C, "C"), N, accurate, k_list, m_list};

@@ -1205,6 +1205,16 @@ def test_team_gemm_row_lists_give_the_gathered_rows_bits(dtype, P, M, N, keep):
             assert np.all(np.delete(got, rows, axis=0) == 7.0)
 
 
+def test_team_gemm_empty_row_lists_sum_nothing():
+    a = np.ones((5, 3), np.float32)
+    got = np.full((2, 3), 9.0, np.float32)
+    native.gemm(np.ones((5, 2), np.float32), a, got, True, False, True, 2, k_rows=np.empty(0, np.int64))
+    assert np.all(got == 0.0)
+    got = np.full((5, 2), 9.0, np.float32)
+    native.gemm(a, np.ones((3, 2), np.float32), got, False, False, False, 2, m_rows=np.empty(0, np.int64))
+    assert np.all(got == 9.0)
+
+
 @pytest.mark.parametrize("rows,error", [([0, 0], ValueError), ([2, 1], ValueError), ([3], ValueError),
                                         ([-1], ValueError), (np.array([1.0]), TypeError),
                                         (np.array([0], np.int32), TypeError)])
