@@ -5,14 +5,19 @@ numbers were measured; single rows move ±10–30 % between runs on a shared VM)
 
     python scripts/ab_builds.py OLD.so NEW.so lstm-H512-B16-T50 forward --threads 1
     python scripts/ab_builds.py OLD.so NEW.so lstm-H128-B64-T25 forward --threads 2 --settle
+    python scripts/ab_builds.py OLD.so NEW.so lstm-H128-B16-T25 forward --threads 2 --among-peers
 
 Default: both builds loaded in one process, calls alternating back to back (valid at 1 thread:
 at 2 threads each build has its own team, and one team's spinning worker slows the other's
 call).  ``--settle``: one process per build and round (``--rounds``), each call after the
 harness's quiet wait (``benchmarks.harness.settle``), the pattern of the grid; prints each
-round's medians.  Build a second extension with CMake into a directory of its own (e.g.
-``cmake -S . -B /tmp/old -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C /tmp/old`` from a
-checkout of the older commit).  The outputs of the two builds are compared too (bits).
+round's medians.  ``--among-peers`` (implies ``--settle``): as in the grid's worker, every
+installed peer is loaded in each process too and runs its own call of the problem before each of
+ours (each after the quiet wait), so that ours finds the caches, the vCPUs and our team's
+workers as the grid leaves them (e.g. a worker in a long nap since our previous call).  Build
+a second extension with CMake into a directory of its own (e.g. ``cmake -S . -B /tmp/old -G
+Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C /tmp/old`` from a checkout of the older commit).  The
+outputs of the two builds are compared too (bits).
 """
 
 from __future__ import annotations
@@ -79,16 +84,38 @@ def in_process(args) -> None:
           f"new {new:.3f} ms, new/old {new / old:.3f}; same output bits: {same}")
 
 
+def other_peers(problem: str, mode: str, threads: int) -> list:
+    """The calls of every other installed peer that computes the problem (each warmed up)."""
+    from benchmarks import peers, problems, worker
+
+    with worker.quiet_stderr():
+        loaded, _ = worker.load_peers([name for name in peers.NAMES if name != "fusedrnn"], threads)
+    data = problems.make_data(problems.find(problem))
+    calls = []
+    for name, peer in loaded.items():
+        if name == "fusedrnn" or peer.unsupported(data.problem, mode):
+            continue
+        call = peer.build(data, mode)
+        call()
+        call()
+        calls.append(call)
+    return calls
+
+
 def one_process(args) -> None:
     """--child: this process's build (FUSEDRNN_AB_SO) timed in the harness's pattern."""
     from benchmarks import harness
 
     sys.modules["fusedrnn._native"] = load_build("fusedrnn", os.environ["FUSEDRNN_AB_SO"])
     _, step = build_step(args.problem, args.mode, args.threads)
+    others = other_peers(args.problem, args.mode, args.threads) if args.among_peers else []
     step()
     step()
     samples = []
     for _ in range(args.calls):
+        for other in others:
+            harness.settle()
+            other()
         harness.settle()
         start = time.perf_counter()
         step()
@@ -99,13 +126,20 @@ def one_process(args) -> None:
 def settled(args) -> None:
     command = [sys.executable, __file__, args.old, args.new, args.problem, args.mode, "--child",
                "--threads", str(args.threads), "--calls", str(args.calls)]
+    pools = {}
+    if args.among_peers:
+        command.append("--among-peers")
+        # the peers' thread pools sized before their import, as the grid's worker does
+        pools = {name: str(args.threads) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                      "MKL_NUM_THREADS")}
     for round_index in range(args.rounds):
         medians = []
         for so in (args.old, args.new):
-            env = dict(os.environ, FUSEDRNN_AB_SO=so)
+            env = dict(os.environ, FUSEDRNN_AB_SO=so, **pools)
             medians.append(subprocess.run(command, env=env, check=True, capture_output=True,
                                           text=True).stdout.strip())
-        print(f"{args.problem} {args.mode} {args.threads}t round {round_index + 1}: "
+        where = " among the peers" if args.among_peers else ""
+        print(f"{args.problem} {args.mode} {args.threads}t{where} round {round_index + 1}: "
               f"old {medians[0]} ms, new {medians[1]} ms")
 
 
@@ -119,11 +153,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="timed calls per build (per round)")
     parser.add_argument("--rounds", type=int, default=3, help="--settle: rounds of two processes")
     parser.add_argument("--settle", action="store_true", help="one process per build, quiet wait per call")
+    parser.add_argument("--among-peers", action="store_true",
+                        help="--settle with every other installed peer's call before each of ours")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         one_process(args)
-    elif args.settle:
+    elif args.settle or args.among_peers:
         settled(args)
     else:
         in_process(args)
