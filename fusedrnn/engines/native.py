@@ -155,6 +155,11 @@ def _gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     return out_t.T
 
 
+def _gram_rows(a: np.ndarray, b: np.ndarray, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_gram` over ``rows`` only (``Linalg.gram_rows``)."""
+    return _gram(a, b, out, rows)
+
+
 def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` on the engine's team (``b`` may be the transpose of a C-contiguous array)."""
     a = _c(a, a.dtype)
@@ -222,8 +227,7 @@ def take_rows(a: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 LINALG = Linalg(gram=_gram, matmul=_matmul, product_sum=_product_sum, column_sum=_column_sum,
-                take_rows=take_rows,
-                gram_rows=lambda a, b, rows, out=None: _gram(a, b, out, rows), matmul_rows=_matmul_rows)
+                take_rows=take_rows, gram_rows=_gram_rows, matmul_rows=_matmul_rows)
 
 
 def _live_linalg(valid: np.ndarray | None) -> Linalg:
